@@ -1,0 +1,120 @@
+import { Type, type Static } from '@sinclair/typebox'
+import { Value } from '@sinclair/typebox/value'
+
+/**
+ * The only reader of process.env. Every variable of CONTRACT section 11 plus the rate limit, each
+ * validated; a bad value stops start-up with a message naming the variable.
+ */
+const Bool = Type.Union([Type.Literal('true'), Type.Literal('false'), Type.Literal('1'), Type.Literal('0')])
+const Int = () => Type.String({ pattern: '^[0-9]{1,15}$' })
+
+const Env = Type.Object({
+  PORT: Type.Optional(Int()),
+  HOST: Type.Optional(Type.String({ minLength: 1 })),
+  BASE_PATH: Type.Optional(Type.String({ pattern: '^(/[A-Za-z0-9._~-]+)*$' })),
+  DATA_DIR: Type.Optional(Type.String({ minLength: 1 })),
+  DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
+  DATABASE_POOL_MAX: Type.Optional(Int()),
+  REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://' })),
+  BOOTSTRAP_API_KEY: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{20,128}$' })),
+  SECRET_KEY: Type.Optional(Type.String({ minLength: 32 })),
+  MODELS_FILE: Type.Optional(Type.String({ minLength: 1 })),
+  TLS_CERT_FILE: Type.Optional(Type.String({ minLength: 1 })),
+  TLS_KEY_FILE: Type.Optional(Type.String({ minLength: 1 })),
+  SYNC_RUN_TIMEOUT_MS: Type.Optional(Int()),
+  WEBHOOK_RETRY_DELAYS_MS: Type.Optional(Type.String({ pattern: '^[0-9]+(,[0-9]+)*$' })),
+  WEBHOOK_TIMEOUT_MS: Type.Optional(Int()),
+  WEBHOOK_ALLOW_HTTP: Type.Optional(Bool),
+  WEBHOOK_ALLOW_PRIVATE_NETWORKS: Type.Optional(Bool),
+  MAX_UPLOAD_BYTES: Type.Optional(Int()),
+  MAX_JSON_BYTES: Type.Optional(Int()),
+  RATE_LIMIT_PER_SECOND: Type.Optional(Int()),
+  RATE_LIMIT_BURST: Type.Optional(Int()),
+  SHUTDOWN_TIMEOUT_MS: Type.Optional(Int()),
+  LOG_LEVEL: Type.Optional(
+    Type.Union(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l))),
+  ),
+})
+
+export type Env = Static<typeof Env>
+
+export interface Config {
+  port: number
+  host: string
+  basePath: string
+  dataDir: string
+  databaseUrl: string | null
+  databasePoolMax: number
+  redisUrl: string | null
+  bootstrapApiKey: string | null
+  secretKey: string | null
+  modelsFile: string | null
+  tls: { certFile: string; keyFile: string } | null
+  syncRunTimeoutMs: number
+  webhookRetryDelaysMs: number[]
+  webhookTimeoutMs: number
+  webhookAllowHttp: boolean
+  webhookAllowPrivateNetworks: boolean
+  maxUploadBytes: number
+  maxJsonBytes: number
+  rateLimit: { perSecond: number; burst: number }
+  shutdownTimeoutMs: number
+  logLevel: string
+}
+
+export class ConfigError extends Error {
+  constructor(readonly variable: string, message: string) {
+    super(`configuration: ${variable} ${message}`)
+    this.name = 'ConfigError'
+  }
+}
+
+export function loadConfig(source: Record<string, string | undefined> = process.env): Config {
+  const raw: Record<string, string> = {}
+  for (const key of Object.keys(Env.properties)) {
+    const value = source[key]
+    if (value !== undefined && value !== '') raw[key] = value
+  }
+  const first = Value.Errors(Env, raw).First()
+  if (first) {
+    const variable = first.path.replace(/^\//, '')
+    throw new ConfigError(variable, `is invalid (${JSON.stringify(raw[variable])}): ${first.message}`)
+  }
+  const env = raw as Env
+  const int = (name: keyof Env, fallback: number, min = 0, max = Number.MAX_SAFE_INTEGER) => {
+    const v = env[name]
+    if (v === undefined) return fallback
+    const n = Number(v)
+    if (n < min || n > max) throw new ConfigError(name, `is out of range (${v}; ${min}..${max})`)
+    return n
+  }
+  const bool = (v: string | undefined) => v === 'true' || v === '1'
+  if ((env.TLS_CERT_FILE === undefined) !== (env.TLS_KEY_FILE === undefined)) {
+    throw new ConfigError(env.TLS_CERT_FILE ? 'TLS_KEY_FILE' : 'TLS_CERT_FILE', 'must be set together with its pair')
+  }
+  return {
+    port: int('PORT', 8080, 0, 65535),
+    host: env.HOST ?? '0.0.0.0',
+    basePath: env.BASE_PATH ?? '',
+    dataDir: env.DATA_DIR ?? './data',
+    databaseUrl: env.DATABASE_URL ?? null,
+    databasePoolMax: int('DATABASE_POOL_MAX', 10, 1, 1000),
+    redisUrl: env.REDIS_URL ?? null,
+    bootstrapApiKey: env.BOOTSTRAP_API_KEY ?? null,
+    secretKey: env.SECRET_KEY ?? null,
+    modelsFile: env.MODELS_FILE ?? null,
+    tls: env.TLS_CERT_FILE && env.TLS_KEY_FILE ? { certFile: env.TLS_CERT_FILE, keyFile: env.TLS_KEY_FILE } : null,
+    syncRunTimeoutMs: int('SYNC_RUN_TIMEOUT_MS', 120_000, 1),
+    webhookRetryDelaysMs: (env.WEBHOOK_RETRY_DELAYS_MS ?? '30000,60000,300000,1800000,7200000').split(',').map(Number),
+    webhookTimeoutMs: int('WEBHOOK_TIMEOUT_MS', 10_000, 1),
+    webhookAllowHttp: bool(env.WEBHOOK_ALLOW_HTTP),
+    webhookAllowPrivateNetworks: bool(env.WEBHOOK_ALLOW_PRIVATE_NETWORKS),
+    maxUploadBytes: int('MAX_UPLOAD_BYTES', 52_428_800, 1),
+    maxJsonBytes: int('MAX_JSON_BYTES', 1_048_576, 1),
+    // 50 requests/s sustained with bursts of 100 per API key: generous for an integration, tight
+    // enough that one runaway client cannot starve the 2-core default deployment.
+    rateLimit: { perSecond: int('RATE_LIMIT_PER_SECOND', 50, 1), burst: int('RATE_LIMIT_BURST', 100, 1) },
+    shutdownTimeoutMs: int('SHUTDOWN_TIMEOUT_MS', 10_000),
+    logLevel: env.LOG_LEVEL ?? 'info',
+  }
+}

@@ -1,0 +1,69 @@
+import { AppError, notFound } from '../lib/errors'
+import type { Role, WorkspaceAccessRow } from '../store/workspaces'
+
+/** Who is calling: resolved from the API key on every request. */
+export interface Caller {
+  keyId: string
+  userId: string
+  isRoot: boolean
+  /** The one workspace a restricted key may touch. */
+  workspaceId: string | null
+  /** The highest role a key may act with, whatever its user's role. */
+  roleLimit: Role | null
+}
+
+/** The permission levels of CONTRACT section 3, lowest first. */
+export type Action = 'read' | 'use' | 'build' | 'manage' | 'own'
+export type EffectiveRole = Role | 'owner'
+
+const rank: Record<EffectiveRole, number> = { readonly: 0, user: 1, developer: 2, admin: 3, owner: 4 }
+const needs: Record<Action, number> = { read: 0, use: 1, build: 2, manage: 3, own: 4 }
+
+export const ROLES = ['admin', 'developer', 'user', 'readonly'] as const satisfies readonly Role[]
+
+/** The caller's role in a workspace: owner over member role, capped by the key's role limit. */
+export function effectiveRole(caller: Caller, ws: WorkspaceAccessRow): EffectiveRole | null {
+  let role: EffectiveRole | null = caller.isRoot ? 'owner' : ws.owner_id === caller.userId ? 'owner' : ws.role
+  if (role && caller.roleLimit && rank[caller.roleLimit] < rank[role]) role = caller.roleLimit
+  return role
+}
+
+/**
+ * Decides whether the caller may take `action` in the workspace. Not visible (no workspace, another
+ * workspace than the key's, not a member) answers 404, so existence never leaks; visible but not
+ * allowed answers 403. Archived workspaces are read-only unless the action says otherwise.
+ */
+export function authorize(
+  caller: Caller,
+  ws: WorkspaceAccessRow | null,
+  action: Action,
+  opts: { id: string; allowArchived?: boolean },
+): WorkspaceAccessRow & { effective: EffectiveRole } {
+  if (!ws || (caller.workspaceId !== null && caller.workspaceId !== ws.id)) throw notFound('workspace', opts.id)
+  const effective = effectiveRole(caller, ws)
+  if (!effective) throw notFound('workspace', opts.id)
+  if (rank[effective] < needs[action]) {
+    throw new AppError('forbidden', `role ${effective} may not ${describe[action]} in workspace ${ws.id}`)
+  }
+  if (action !== 'read' && ws.status === 'archived' && !opts.allowArchived) {
+    throw new AppError('forbidden', `workspace ${ws.id} is archived and read-only; restore it first`)
+  }
+  return { ...ws, effective }
+}
+
+const describe: Record<Action, string> = {
+  read: 'read',
+  use: 'call agents, runs or models',
+  build: 'change agents, workflows, knowledge bases or webhooks',
+  manage: 'manage the workspace, its members or keys',
+  own: 'transfer or delete the workspace',
+}
+
+/** Whether a key may act with `role` at all (creating keys and workspaces). */
+export function keyAllows(caller: Caller, role: Role): boolean {
+  return caller.isRoot || !caller.roleLimit || rank[caller.roleLimit] >= rank[role]
+}
+
+export function roleAtMost(a: Role, b: Role): Role {
+  return rank[a] <= rank[b] ? a : b
+}

@@ -1,0 +1,181 @@
+import { sha256Hex } from '../lib/crypto'
+import { AppError, invalid } from '../lib/errors'
+import { newId, randomBase62 } from '../lib/ids'
+import type { ListQuery } from '../lib/lists'
+import * as store from '../store/api-keys'
+import type { ApiKeyRow } from '../store/api-keys'
+import type { Pool as Sql } from '../store/db'
+import type { RedisPort } from '../store/redis'
+import type { Unsubscribe } from '../store/redis/port'
+import { adminWorkspaceIds, getMember } from '../store/workspaces'
+import type { Role } from '../store/workspaces'
+import { roleAtMost, type Caller } from './access'
+import { access } from './workspaces'
+
+const REVOKED_CHANNEL = 'api-keys.revoked'
+// A cached key is re-read at most this often, so a change made without pub/sub (a manual UPDATE)
+// still reaches every process within a minute. Revocation through the API is immediate.
+const POSITIVE_TTL_MS = 60_000
+// Unknown tokens are remembered briefly so a flood of bad keys costs no query each.
+const NEGATIVE_TTL_MS = 5_000
+const MAX_ENTRIES = 10_000
+const TOUCH_EVERY_MS = 60_000
+
+export function generateKey(): string {
+  return `ap_${randomBase62(40)}`
+}
+
+export function toCaller(row: ApiKeyRow): Caller {
+  return { keyId: row.id, userId: row.user_id, isRoot: row.is_root, workspaceId: row.workspace_id, roleLimit: row.role_limit }
+}
+
+/**
+ * Authentication without a query per request: keys are cached in process by their SHA-256, and a
+ * revocation is published through Redis so that every process drops the key at once.
+ */
+export class ApiKeys {
+  private cache = new Map<string, { row: ApiKeyRow | null; at: number }>()
+  private touched = new Set<string>()
+  private lastTouch = new Map<string, number>()
+  private unsubscribe: Unsubscribe | null = null
+  private flusher: ReturnType<typeof setInterval> | null = null
+
+  constructor(private readonly sql: Sql, private readonly redis: RedisPort) {}
+
+  async start() {
+    this.unsubscribe = await this.redis.subscribe(REVOKED_CHANNEL, (id) => this.forget(id))
+    this.flusher = setInterval(() => void this.flushTouches().catch(() => {}), 10_000)
+    this.flusher.unref?.()
+  }
+
+  async stop() {
+    if (this.flusher) clearInterval(this.flusher)
+    await this.unsubscribe?.()
+    await this.flushTouches().catch(() => {})
+  }
+
+  private forget(id: string) {
+    for (const [hash, entry] of this.cache) if (entry.row?.id === id) this.cache.delete(hash)
+  }
+
+  async authenticate(token: string): Promise<Caller> {
+    const hash = sha256Hex(token)
+    const now = Date.now()
+    let entry = this.cache.get(hash)
+    if (!entry || now - entry.at > (entry.row ? POSITIVE_TTL_MS : NEGATIVE_TTL_MS)) {
+      const row = await store.findApiKeyByHash(this.sql, hash)
+      entry = { row, at: now }
+      if (this.cache.size >= MAX_ENTRIES) this.cache.delete(this.cache.keys().next().value!)
+      this.cache.set(hash, entry)
+    }
+    const row = entry.row
+    if (!row) throw unauthenticated('unknown API key')
+    if (row.revoked_at) throw unauthenticated('API key has been revoked')
+    if (row.expires_at && row.expires_at.getTime() <= now) throw unauthenticated('API key has expired')
+    if (now - (this.lastTouch.get(row.id) ?? 0) > TOUCH_EVERY_MS) {
+      this.lastTouch.set(row.id, now)
+      this.touched.add(row.id)
+    }
+    return toCaller(row)
+  }
+
+  async flushTouches() {
+    if (this.touched.size === 0) return
+    const ids = [...this.touched]
+    this.touched.clear()
+    await store.touchApiKeys(this.sql, ids)
+  }
+
+  /** Creates the root key when no key exists yet; returns the plain key only when it generated one. */
+  async bootstrap(configured: string | null): Promise<{ created: boolean; key: string | null }> {
+    if ((await store.countApiKeys(this.sql)) > 0) return { created: false, key: null }
+    const key = configured ?? generateKey()
+    await store.insertApiKey(this.sql, {
+      id: newId('key'),
+      key_hash: sha256Hex(key),
+      prefix: key.slice(0, 7),
+      name: 'bootstrap root key',
+      user_id: 'root',
+      workspace_id: null,
+      role_limit: null,
+      is_root: true,
+      created_by: null,
+      expires_at: null,
+    })
+    return { created: true, key: configured ? null : key }
+  }
+
+  /**
+   * Root may issue any key. An admin (or owner) may issue keys restricted to its workspace, for that
+   * workspace's members. Anyone may issue a key for itself. A key never grants more than its issuer's.
+   */
+  async create(
+    caller: Caller,
+    input: { user_id: string; name: string; workspace_id?: string; role_limit?: Role; expires_at?: Date },
+  ): Promise<{ row: ApiKeyRow; key: string }> {
+    const workspaceId = input.workspace_id ?? caller.workspaceId
+    if (caller.workspaceId !== null && workspaceId !== caller.workspaceId) {
+      throw new AppError('forbidden', 'a key restricted to one workspace can only issue keys for that workspace')
+    }
+    if (!caller.isRoot) {
+      if (workspaceId) {
+        const ws = await access(this.sql, caller, workspaceId, input.user_id === caller.userId ? 'read' : 'manage')
+        if (input.user_id !== caller.userId && !(await getMember(this.sql, ws.id, input.user_id))) {
+          throw invalid('user_id', `is not a member of workspace ${ws.id}`)
+        }
+      } else if (input.user_id !== caller.userId) {
+        throw new AppError('forbidden', 'only a root key may issue keys for other users outside a workspace')
+      }
+    }
+    if (input.expires_at && input.expires_at.getTime() <= Date.now()) invalidExpiry()
+    let roleLimit = input.role_limit ?? null
+    if (caller.roleLimit) roleLimit = roleLimit ? roleAtMost(roleLimit, caller.roleLimit) : caller.roleLimit
+    const key = generateKey()
+    const row = await store.insertApiKey(this.sql, {
+      id: newId('key'),
+      key_hash: sha256Hex(key),
+      prefix: key.slice(0, 7),
+      name: input.name,
+      user_id: input.user_id,
+      workspace_id: workspaceId,
+      role_limit: roleLimit,
+      is_root: false,
+      created_by: caller.keyId,
+      expires_at: input.expires_at ?? null,
+    })
+    return { row, key }
+  }
+
+  async list(caller: Caller, q: ListQuery) {
+    if (caller.isRoot && caller.workspaceId === null) return store.listApiKeys(this.sql, { all: true }, q)
+    const adminOf = (await adminWorkspaceIds(this.sql, caller.userId)).filter((id) => caller.workspaceId === null || id === caller.workspaceId)
+    const visible = caller.roleLimit && caller.roleLimit !== 'admin' ? [] : adminOf
+    return store.listApiKeys(this.sql, { userId: caller.userId, adminOf: visible }, q)
+  }
+
+  /** Revocation takes effect at once, here and (through pub/sub) in every other process. */
+  async revoke(caller: Caller, id: string): Promise<ApiKeyRow> {
+    const row = await store.getApiKey(this.sql, id).catch(() => null)
+    if (!row || !(await this.mayManage(caller, row))) throw new AppError('not_found', `api key ${id} not found`)
+    const revoked = await store.revokeApiKey(this.sql, id)
+    this.forget(id)
+    await this.redis.publish(REVOKED_CHANNEL, id)
+    return revoked
+  }
+
+  private async mayManage(caller: Caller, row: ApiKeyRow): Promise<boolean> {
+    if (caller.isRoot) return caller.workspaceId === null || row.workspace_id === caller.workspaceId
+    if (row.is_root) return false
+    if (row.user_id === caller.userId && (caller.workspaceId === null || row.workspace_id === caller.workspaceId)) return true
+    if (!row.workspace_id || (caller.workspaceId !== null && caller.workspaceId !== row.workspace_id)) return false
+    return access(this.sql, caller, row.workspace_id, 'manage', true).then(() => true, () => false)
+  }
+}
+
+function unauthenticated(message: string) {
+  return new AppError('unauthenticated', message, { headers: { 'www-authenticate': 'Bearer realm="api", error="invalid_token"' } })
+}
+
+function invalidExpiry(): never {
+  throw invalid('expires_at', 'must be in the future')
+}

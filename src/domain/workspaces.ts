@@ -1,0 +1,127 @@
+import { AppError, invalid } from '../lib/errors'
+import { newId } from '../lib/ids'
+import type { ListQuery } from '../lib/lists'
+import type { Pool as Sql } from '../store/db'
+import * as store from '../store/workspaces'
+import type { Role } from '../store/workspaces'
+import { authorize, keyAllows, type Action, type Caller } from './access'
+
+export const WORKSPACE_TYPES = ['team', 'personal'] as const
+export const JOIN_POLICIES = ['approve_required', 'invite_only', 'open'] as const
+
+/** Loads the workspace with the caller's role and checks the action, in one query. */
+export async function access(sql: Sql, caller: Caller, id: string, action: Action, allowArchived = false) {
+  return authorize(caller, await store.findWorkspaceAccess(sql, id, caller.userId), action, { id, allowArchived })
+}
+
+export async function createWorkspace(
+  sql: Sql,
+  caller: Caller,
+  input: { name: string; description?: string; type?: string; join_policy?: string },
+) {
+  if (caller.workspaceId !== null) {
+    throw new AppError('forbidden', 'a key restricted to one workspace cannot create workspaces')
+  }
+  if (!keyAllows(caller, 'user')) throw new AppError('forbidden', 'a readonly key cannot create workspaces')
+  return sql.begin((tx) =>
+    store.insertWorkspace(tx, {
+      id: newId('ws'),
+      name: input.name,
+      description: input.description ?? '',
+      type: input.type ?? 'team',
+      join_policy: input.join_policy ?? 'approve_required',
+      owner_id: caller.userId,
+    }),
+  )
+}
+
+export function listWorkspaces(sql: Sql, caller: Caller, q: ListQuery) {
+  if (!caller.isRoot) return store.listWorkspaces(sql, { userId: caller.userId, workspaceId: caller.workspaceId }, q)
+  const filters = caller.workspaceId ? [...q.filters, { field: 'id', op: 'eq' as const, value: caller.workspaceId }] : q.filters
+  return store.listWorkspaces(sql, { all: true }, { ...q, filters })
+}
+
+export async function updateWorkspace(sql: Sql, caller: Caller, id: string, patch: { name?: string; description?: string }) {
+  await access(sql, caller, id, 'manage')
+  return sql.begin((tx) => store.updateWorkspace(tx, id, patch))
+}
+
+export async function deleteWorkspace(sql: Sql, caller: Caller, id: string) {
+  await access(sql, caller, id, 'own', true)
+  await sql.begin((tx) => store.deleteWorkspace(tx, id))
+}
+
+export async function setStatus(sql: Sql, caller: Caller, id: string, status: 'active' | 'archived') {
+  const ws = await access(sql, caller, id, 'manage', true)
+  if (ws.status === status) return ws
+  return sql.begin((tx) => store.setWorkspaceStatus(tx, id, status))
+}
+
+/** Only the current owner may transfer (spec 4.1 rule 2), to a current member, who becomes admin. */
+export async function transferWorkspace(sql: Sql, caller: Caller, id: string, newOwnerId: string) {
+  // 'own' also refuses keys capped by a role limit and archived workspaces; root passes it but is no owner.
+  const ws = await access(sql, caller, id, 'own')
+  if (ws.owner_id !== caller.userId) throw new AppError('forbidden', 'only the current owner of the workspace may transfer it')
+  return sql.begin(async (tx) => {
+    const locked = await store.lockWorkspace(tx, id)
+    if (locked.owner_id !== caller.userId) throw new AppError('conflict', 'the workspace changed owner meanwhile')
+    if (newOwnerId === locked.owner_id) throw new AppError('conflict', `${newOwnerId} already owns workspace ${id}`, { param: 'new_owner_id' })
+    if (!(await store.getMember(tx, id, newOwnerId))) {
+      throw new AppError('conflict', `the new owner must be a member of workspace ${id}; add ${newOwnerId} first`, { param: 'new_owner_id' })
+    }
+    await store.upsertMember(tx, id, newOwnerId, 'admin')
+    // The previous owner stays, as an admin.
+    await store.upsertMember(tx, id, locked.owner_id, 'admin')
+    return store.setWorkspaceOwner(tx, id, newOwnerId)
+  })
+}
+
+export async function listMembers(sql: Sql, caller: Caller, id: string, q: ListQuery) {
+  await access(sql, caller, id, 'read')
+  return store.listMembers(sql, id, q)
+}
+
+export async function addMember(sql: Sql, caller: Caller, id: string, userId: string, role: Role) {
+  await access(sql, caller, id, 'manage')
+  return sql.begin(async (tx) => {
+    await store.lockWorkspace(tx, id)
+    return store.insertMember(tx, id, userId, role)
+  })
+}
+
+export async function changeMemberRole(sql: Sql, caller: Caller, id: string, userId: string, role: Role) {
+  await access(sql, caller, id, 'manage')
+  return sql.begin(async (tx) => {
+    const ws = await store.lockWorkspace(tx, id)
+    if (ws.owner_id === userId && role !== 'admin') {
+      throw new AppError('conflict', 'the owner is always an admin; transfer ownership first', { param: 'role' })
+    }
+    return store.updateMemberRole(tx, id, userId, role)
+  })
+}
+
+export async function removeMember(sql: Sql, caller: Caller, id: string, userId: string) {
+  await access(sql, caller, id, 'manage')
+  return sql.begin(async (tx) => {
+    const ws = await store.lockWorkspace(tx, id)
+    if (ws.owner_id === userId) throw new AppError('conflict', 'the owner cannot be removed; transfer ownership first')
+    return store.deleteMember(tx, id, userId)
+  })
+}
+
+/**
+ * The workspace of a call that names none (CONTRACT 3): body or query > X-Workspace-Id header > the
+ * key's workspace > the user's only workspace; otherwise a 400 naming `workspace_id`.
+ */
+export async function resolveWorkspaceId(
+  sql: Sql,
+  caller: Caller,
+  explicit: string | undefined,
+  header: string | undefined,
+): Promise<string> {
+  const named = explicit ?? header ?? caller.workspaceId
+  if (named) return named
+  const ids = await store.memberWorkspaceIds(sql, caller.userId)
+  if (ids.length === 1) return ids[0]!
+  throw invalid('workspace_id', ids.length === 0 ? 'is required: the caller belongs to no workspace' : 'is required: the caller belongs to several workspaces')
+}

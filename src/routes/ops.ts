@@ -1,0 +1,47 @@
+import { Elysia, t } from 'elysia'
+import type { Deps } from '../deps'
+import { stateOf } from './plugins/request-state'
+
+const Check = t.Object({ status: t.Union([t.Literal('ok'), t.Literal('down')]), kind: t.String(), error: t.Optional(t.String()) })
+const tags = ['operations']
+
+/** Liveness, readiness and metrics: no authentication, no /v1 (CONTRACT 6). */
+export function opsRoutes(deps: Deps) {
+  const check = async (kind: string, probe: () => Promise<unknown>) => {
+    try {
+      await Promise.race([probe(), new Promise((_, reject) => setTimeout(() => reject(new Error('timed out after 2 s')), 2000).unref?.())])
+      return { status: 'ok' as const, kind }
+    } catch (err) {
+      return { status: 'down' as const, kind, error: (err as Error).message.slice(0, 200) }
+    }
+  }
+  return new Elysia({ name: 'routes.ops' })
+    .get('/healthz', ({ request }) => ({ request_id: requestIdOf(request), status: 'ok' as const }), {
+      response: { 200: t.Object({ request_id: t.String(), status: t.Literal('ok') }) },
+      detail: { tags, summary: 'Liveness: the process answers', security: [] },
+    })
+    .get('/readyz', async ({ request, set }) => {
+      const [database, redis] = await Promise.all([
+        check(deps.db.kind, () => deps.db.sql`select 1`),
+        check(deps.redis.kind, () => deps.redis.ping()),
+      ])
+      const ready = database.status === 'ok' && redis.status === 'ok'
+      if (!ready) {
+        set.status = 503
+        set.headers['retry-after'] = '5'
+      }
+      return { request_id: requestIdOf(request), status: ready ? ('ok' as const) : ('unavailable' as const), checks: { database, redis } }
+    }, {
+      response: {
+        200: t.Object({ request_id: t.String(), status: t.Union([t.Literal('ok'), t.Literal('unavailable')]), checks: t.Object({ database: Check, redis: Check }) }),
+        503: t.Object({ request_id: t.String(), status: t.Union([t.Literal('ok'), t.Literal('unavailable')]), checks: t.Object({ database: Check, redis: Check }) }),
+      },
+      detail: { tags, summary: 'Readiness: the database and Redis answer', security: [] },
+    })
+    .get('/metrics', async () =>
+      new Response(await deps.metrics.text(), { headers: { 'content-type': deps.metrics.contentType, 'cache-control': 'no-store' } }), {
+      detail: { tags, summary: 'Prometheus metrics: request counts and latency histograms by route and status', security: [] },
+    })
+}
+
+const requestIdOf = (request: Request) => stateOf(request).id

@@ -1,0 +1,54 @@
+import { Elysia } from 'elysia'
+import type { Caller } from '../../domain/access'
+import type { Deps } from '../../deps'
+import { AppError } from '../../lib/errors'
+import { beginIdempotency } from './idempotency'
+import { stateOf, type RequestState } from './request-state'
+
+const BEARER = /^Bearer +([A-Za-z0-9._~+\/=-]{1,512})$/i
+
+/**
+ * Runs in onRequest for every /v1 path, before parsing and routing: a request without a valid key
+ * learns nothing else (not even whether its body parses or its route exists). Then the per-key token
+ * bucket, whose state answers in the RateLimit-* headers.
+ */
+export async function authenticateRequest(
+  deps: Deps,
+  request: Request,
+  state: RequestState,
+  set: { headers: Record<string, string | number> },
+) {
+  const header = request.headers.get('authorization')
+  const m = header ? BEARER.exec(header) : null
+  if (!m) {
+    throw new AppError('unauthenticated', header ? 'Authorization must be "Bearer <API key>"' : 'missing Authorization: Bearer <API key>', {
+      headers: { 'www-authenticate': 'Bearer realm="api"' },
+    })
+  }
+  state.caller = await deps.apiKeys.authenticate(m[1]!)
+  const { perSecond, burst } = deps.config.rateLimit
+  const r = await deps.redis.take(`key:${state.caller.keyId}`, { capacity: burst, refillPerSecond: perSecond })
+  set.headers['ratelimit-limit'] = burst
+  set.headers['ratelimit-remaining'] = r.remaining
+  set.headers['ratelimit-reset'] = Math.ceil(r.resetMs / 1000)
+  set.headers['ratelimit-policy'] = `${burst};w=${Math.ceil(burst / perSecond)}`
+  if (!r.allowed) {
+    const retry = String(Math.max(1, Math.ceil(r.retryAfterMs / 1000)))
+    throw new AppError('rate_limited', `rate limit of ${perSecond} requests/s (bursts of ${burst}) exceeded for this API key; retry in ${retry} s`, {
+      headers: { 'retry-after': retry },
+    })
+  }
+}
+
+/**
+ * Gives /v1 routes their `caller` and `requestId`, and takes the Idempotency-Key of write requests
+ * once the body has been validated.
+ */
+export function authenticated(deps: Deps) {
+  return new Elysia({ name: 'authenticated' })
+    .derive({ as: 'scoped' }, ({ request }) => {
+      const state = stateOf(request)
+      return { caller: state.caller as Caller, requestId: state.id }
+    })
+    .onBeforeHandle({ as: 'scoped' }, ({ request }) => beginIdempotency(deps.redis, request, stateOf(request)))
+}

@@ -1,0 +1,120 @@
+import { Elysia, ValidationError } from 'elysia'
+import type { Deps } from '../../deps'
+import { AppError, errorBody, type ErrorDetail } from '../../lib/errors'
+import { newId } from '../../lib/ids'
+import { authenticateRequest } from './auth'
+import { completeIdempotency } from './idempotency'
+import { initState, pathOf, stateOf } from './request-state'
+
+const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
+const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json\b/i
+const FORM_TYPE = /^(multipart\/form-data|application\/x-www-form-urlencoded)\b/i
+
+/**
+ * The conventions every route shares, registered once: request ids, security headers, body limits,
+ * authentication of /v1, JSON parsing, the error mapping of CONTRACT 2, serialisation, idempotency
+ * completion, metrics and the access log.
+ */
+export function conventions(deps: Deps) {
+  const { config, log, metrics } = deps
+  const apiPrefix = `${config.basePath}/v1/`
+  const security: Record<string, string> = {
+    'x-content-type-options': 'nosniff',
+    'x-frame-options': 'DENY',
+    'referrer-policy': 'no-referrer',
+    'cache-control': 'no-store',
+  }
+  if (config.tls) security['strict-transport-security'] = 'max-age=31536000; includeSubDomains'
+
+  /** The one exit of every JSON answer, success or error. */
+  async function finish(
+    request: Request,
+    set: { headers: Record<string, string | number>; status?: number | string },
+    status: number,
+    body: unknown,
+    route: string,
+    extraHeaders?: Record<string, string>,
+  ): Promise<Response> {
+    const state = stateOf(request)
+    const text = JSON.stringify(body)
+    const headers: Record<string, string> = {}
+    for (const [k, v] of Object.entries(set.headers)) headers[k] = String(v)
+    headers['content-type'] = 'application/json'
+    if (extraHeaders) Object.assign(headers, extraHeaders)
+    if (state.idem) await completeIdempotency(deps.redis, state, status, text, headers, log)
+    const seconds = (performance.now() - state.start) / 1000
+    metrics.observe(request.method, route, status, seconds)
+    if (status >= 500) log.error({ request_id: state.id, method: request.method, path: state.path, status }, 'request failed')
+    else log.info({ request_id: state.id, method: request.method, path: state.path, route, status, ms: Math.round(seconds * 10000) / 10 }, 'request')
+    return new Response(text, { status, headers })
+  }
+
+  return new Elysia({ name: 'conventions' })
+    .onRequest(async ({ request, set }) => {
+      const incoming = request.headers.get('x-request-id')
+      const id = incoming && CLIENT_REQUEST_ID.test(incoming) ? incoming : newId('req')
+      const state = initState(request, id, pathOf(request.url))
+      Object.assign(set.headers, security)
+      set.headers['x-request-id'] = id
+      if (!state.path.startsWith('/docs')) set.headers['content-security-policy'] = "default-src 'none'; frame-ancestors 'none'"
+      const length = Number(request.headers.get('content-length') ?? 0)
+      const form = FORM_TYPE.test(request.headers.get('content-type') ?? '')
+      const limit = form ? config.maxUploadBytes + 65_536 : config.maxJsonBytes
+      if (length > limit) throw tooLarge(limit)
+      if (state.path.startsWith(apiPrefix)) await authenticateRequest(deps, request, state, set)
+    })
+    .onParse({ as: 'global' }, async ({ request, contentType }) => {
+      // Multipart and forms go to Elysia's own parsers (uploads); everything else must be JSON.
+      if (FORM_TYPE.test(contentType)) return
+      const text = await request.text()
+      if (Buffer.byteLength(text) > config.maxJsonBytes) throw tooLarge(config.maxJsonBytes)
+      stateOf(request).raw = text
+      if (text.trim() === '') return null
+      if (contentType && !JSON_TYPE.test(contentType)) {
+        throw new AppError('invalid_json', `Content-Type ${contentType.split(';')[0]} is not supported here; send application/json`)
+      }
+      try {
+        return JSON.parse(text)
+      } catch (err) {
+        throw new AppError('invalid_json', `body is not valid JSON: ${(err as Error).message}`)
+      }
+    })
+    .onError({ as: 'global' }, ({ code, error, request, set, route }) => {
+      let err: AppError
+      if (error instanceof AppError) err = error
+      else if (code === 'PARSE') err = error.cause instanceof AppError ? error.cause : new AppError('invalid_json', 'body is not valid JSON')
+      else if (code === 'VALIDATION') err = fromValidation(error as ValidationError)
+      else if (code === 'NOT_FOUND') err = new AppError('not_found', `no route ${request.method} ${stateOf(request).path}`)
+      else if (code === 'INVALID_COOKIE_SIGNATURE' || code === 'INVALID_FILE_TYPE') err = new AppError('validation_error', String((error as Error).message))
+      else {
+        log.error({ request_id: stateOf(request).id, err: error }, 'unhandled error')
+        err = new AppError('internal_error', 'internal error; quote the request_id when reporting it')
+      }
+      return finish(request, set, err.status, errorBody(stateOf(request).id, err), route || 'unmatched', err.extra.headers)
+    })
+    .mapResponse({ as: 'global' }, ({ response, request, set, route }) => {
+      if (response instanceof Response || response === undefined || typeof response === 'string') return
+      const status = typeof set.status === 'number' ? set.status : 200
+      return finish(request, set, status, response, route)
+    })
+}
+
+function tooLarge(limit: number) {
+  return new AppError('payload_too_large', `request body is larger than ${limit} bytes`)
+}
+
+/** TypeBox failures become `validation_error` with every failing path (CONTRACT 2). */
+function fromValidation(error: ValidationError): AppError {
+  const where = error.type === 'body' ? '' : `${error.type}.`
+  const details: ErrorDetail[] = []
+  const seen = new Set<string>()
+  for (const e of error.all.slice(0, 20)) {
+    const path = (where + String((e as { path?: string }).path ?? '').replace(/^\//, '').replaceAll('/', '.')).replace(/\.$/, '') || 'body'
+    if (seen.has(path)) continue
+    seen.add(path)
+    details.push({ path, message: (e as { summary?: string }).summary ?? e.message })
+  }
+  if (details.length === 0) details.push({ path: error.type || 'body', message: 'is invalid' })
+  const first = details[0]!
+  return new AppError('validation_error', `${first.path}: ${first.message}`, { param: first.path, details })
+}

@@ -1,0 +1,116 @@
+import { Elysia } from 'elysia'
+import * as workspaces from '../domain/workspaces'
+import type { Deps } from '../deps'
+import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
+import { authenticated } from './plugins/auth'
+import { Envelope, envelope, errors, ListOf, ListQuery } from './common.model'
+import {
+  AddMember, ChangeRole, CreateWorkspace, DeletedWorkspace, Member, MemberParams, RemovedMember, toMember, toWorkspace,
+  Transfer, UpdateWorkspace, Workspace, WorkspaceParams,
+} from './workspaces.model'
+import { t } from 'elysia'
+
+const workspaceList: ListSpec = {
+  sortable: { created_at: 'time', name: 'text' },
+  filters: { status: { type: 'text', values: ['active', 'archived'] }, type: { type: 'text' }, owner_id: { type: 'text' }, created_at: { type: 'time' } },
+}
+const memberList: ListSpec = {
+  sortable: { created_at: 'time', user_id: 'text' },
+  filters: { role: { type: 'text', values: ['admin', 'developer', 'user', 'readonly'] }, created_at: { type: 'time' } },
+}
+const tags = ['workspaces']
+
+export function workspaceRoutes(deps: Deps) {
+  const sql = deps.db.sql
+  return new Elysia({ name: 'routes.workspaces' })
+    .use(authenticated(deps))
+    .get('/workspaces', async ({ caller, requestId, query }) => {
+      const q = parseListQuery(query, workspaceList)
+      return { request_id: requestId, ...toPage(await workspaces.listWorkspaces(sql, caller, q), q, toWorkspace) }
+    }, {
+      query: ListQuery('created_at, name', { status: t.Optional(t.String({ description: 'active or archived; status_in=active,archived for several' })) }),
+      response: { 200: ListOf(Workspace), ...errors() },
+      detail: { tags, summary: 'List the workspaces the caller can see', description: 'Root keys see every workspace; others those they are members of. Filters: status, status_in, type, owner_id, created_at_after, created_at_before.' },
+    })
+    .post('/workspaces', async ({ caller, requestId, body, set }) => {
+      set.status = 201
+      return envelope(requestId, toWorkspace(await workspaces.createWorkspace(sql, caller, body)))
+    }, {
+      body: CreateWorkspace,
+      response: { 201: Envelope(Workspace), ...errors(403, 409, 413, 422) },
+      detail: { tags, summary: 'Create a workspace; the caller becomes its owner (and an admin member)' },
+    })
+    .get('/workspaces/:id', async ({ caller, requestId, params }) =>
+      envelope(requestId, toWorkspace(await workspaces.access(sql, caller, params.id, 'read'))), {
+      params: WorkspaceParams,
+      response: { 200: Envelope(Workspace), ...errors(404) },
+      detail: { tags, summary: 'Get a workspace' },
+    })
+    .patch('/workspaces/:id', async ({ caller, requestId, params, body }) =>
+      envelope(requestId, toWorkspace(await workspaces.updateWorkspace(sql, caller, params.id, body))), {
+      params: WorkspaceParams,
+      body: UpdateWorkspace,
+      response: { 200: Envelope(Workspace), ...errors(403, 404, 409, 422) },
+      detail: { tags, summary: 'Update a workspace name or description (admin)' },
+    })
+    .delete('/workspaces/:id', async ({ caller, requestId, params }) => {
+      await workspaces.deleteWorkspace(sql, caller, params.id)
+      return envelope(requestId, { id: params.id, deleted: true as const })
+    }, {
+      params: WorkspaceParams,
+      response: { 200: Envelope(DeletedWorkspace), ...errors(403, 404, 409, 422) },
+      detail: { tags, summary: 'Delete a workspace and everything inside it, irreversibly (owner)' },
+    })
+    .post('/workspaces/:id/archive', async ({ caller, requestId, params }) =>
+      envelope(requestId, toWorkspace(await workspaces.setStatus(sql, caller, params.id, 'archived'))), {
+      params: WorkspaceParams,
+      response: { 200: Envelope(Workspace), ...errors(403, 404, 409, 422) },
+      detail: { tags, summary: 'Archive a workspace: it becomes read-only (admin)' },
+    })
+    .post('/workspaces/:id/restore', async ({ caller, requestId, params }) =>
+      envelope(requestId, toWorkspace(await workspaces.setStatus(sql, caller, params.id, 'active'))), {
+      params: WorkspaceParams,
+      response: { 200: Envelope(Workspace), ...errors(403, 404, 409, 422) },
+      detail: { tags, summary: 'Restore an archived workspace (admin)' },
+    })
+    .post('/workspaces/:id/transfer', async ({ caller, requestId, params, body }) =>
+      envelope(requestId, toWorkspace(await workspaces.transferWorkspace(sql, caller, params.id, body.new_owner_id))), {
+      params: WorkspaceParams,
+      body: Transfer,
+      response: { 200: Envelope(Workspace), ...errors(403, 404, 409, 422) },
+      detail: { tags, summary: 'Transfer ownership to a current member (current owner only)', description: 'The new owner becomes an admin; the previous owner stays an admin member.' },
+    })
+    .get('/workspaces/:id/members', async ({ caller, requestId, params, query }) => {
+      const q = parseListQuery(query, memberList)
+      return { request_id: requestId, ...toPage(await workspaces.listMembers(sql, caller, params.id, q), q, toMember) }
+    }, {
+      params: WorkspaceParams,
+      query: ListQuery('created_at, user_id', { role: t.Optional(t.String()) }),
+      response: { 200: ListOf(Member), ...errors(404) },
+      detail: { tags: ['members'], summary: 'List the members of a workspace' },
+    })
+    .post('/workspaces/:id/members', async ({ caller, requestId, params, body, set }) => {
+      set.status = 201
+      return envelope(requestId, toMember(await workspaces.addMember(sql, caller, params.id, body.user_id, body.role)))
+    }, {
+      params: WorkspaceParams,
+      body: AddMember,
+      response: { 201: Envelope(Member), ...errors(403, 404, 409, 422) },
+      detail: { tags: ['members'], summary: 'Add a member with a role (admin)' },
+    })
+    .patch('/workspaces/:id/members/:user_id', async ({ caller, requestId, params, body }) =>
+      envelope(requestId, toMember(await workspaces.changeMemberRole(sql, caller, params.id, params.user_id, body.role))), {
+      params: MemberParams,
+      body: ChangeRole,
+      response: { 200: Envelope(Member), ...errors(403, 404, 409, 422) },
+      detail: { tags: ['members'], summary: "Change a member's role (admin); the owner stays admin" },
+    })
+    .delete('/workspaces/:id/members/:user_id', async ({ caller, requestId, params }) => {
+      const removed = await workspaces.removeMember(sql, caller, params.id, params.user_id)
+      return envelope(requestId, { workspace_id: removed.workspace_id, user_id: removed.user_id, deleted: true as const })
+    }, {
+      params: MemberParams,
+      response: { 200: Envelope(RemovedMember), ...errors(403, 404, 409, 422) },
+      detail: { tags: ['members'], summary: 'Remove a member (admin); the owner cannot be removed' },
+    })
+}

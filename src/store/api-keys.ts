@@ -1,0 +1,78 @@
+import { notFound } from '../lib/errors'
+import type { ListQuery } from '../lib/lists'
+import type { Sql, Tx } from './db'
+import { listClauses } from './lists'
+import type { Role } from './workspaces'
+
+export interface ApiKeyRow {
+  id: string
+  key_hash: string
+  prefix: string
+  name: string
+  user_id: string
+  workspace_id: string | null
+  role_limit: Role | null
+  is_root: boolean
+  created_by: string | null
+  expires_at: Date | null
+  revoked_at: Date | null
+  last_used_at: Date | null
+  created_at: Date
+}
+
+export async function insertApiKey(
+  sql: Sql,
+  k: Pick<ApiKeyRow, 'id' | 'key_hash' | 'prefix' | 'name' | 'user_id' | 'workspace_id' | 'role_limit' | 'is_root' | 'created_by' | 'expires_at'>,
+): Promise<ApiKeyRow> {
+  const [row] = await sql<ApiKeyRow[]>`
+    insert into api_keys (id, key_hash, prefix, name, user_id, workspace_id, role_limit, is_root, created_by, expires_at)
+    values (${k.id}, ${k.key_hash}, ${k.prefix}, ${k.name}, ${k.user_id}, ${k.workspace_id}, ${k.role_limit},
+            ${k.is_root}, ${k.created_by}, ${k.expires_at})
+    returning *`
+  return row!
+}
+
+export async function findApiKeyByHash(sql: Sql, hash: string): Promise<ApiKeyRow | null> {
+  const [row] = await sql<ApiKeyRow[]>`select * from api_keys where key_hash = ${hash}`
+  return row ?? null
+}
+
+export async function getApiKey(sql: Sql, id: string): Promise<ApiKeyRow> {
+  const [row] = await sql<ApiKeyRow[]>`select * from api_keys where id = ${id}`
+  if (!row) throw notFound('api key', id)
+  return row
+}
+
+export async function countApiKeys(sql: Sql): Promise<number> {
+  const [row] = await sql<{ n: number }[]>`select count(*)::int as n from api_keys`
+  return row!.n
+}
+
+/** Keys visible to a caller: all (root), or its own plus those of the workspaces it administers. */
+export async function listApiKeys(
+  sql: Sql,
+  scope: { all: true } | { userId: string; adminOf: string[] },
+  q: ListQuery,
+): Promise<ApiKeyRow[]> {
+  const c = listClauses(sql, q)
+  const visible =
+    'all' in scope
+      ? sql`true`
+      : scope.adminOf.length > 0
+        ? sql`(user_id = ${scope.userId} or workspace_id in ${sql(scope.adminOf)})`
+        : sql`user_id = ${scope.userId}`
+  return sql<ApiKeyRow[]>`select * from api_keys where ${visible} ${c.and} order by ${c.orderBy} limit ${c.limit}`
+}
+
+export async function revokeApiKey(sql: Sql, id: string): Promise<ApiKeyRow> {
+  const [row] = await sql<ApiKeyRow[]>`
+    update api_keys set revoked_at = coalesce(revoked_at, now()) where id = ${id} returning *`
+  if (!row) throw notFound('api key', id)
+  return row
+}
+
+/** Records use at most once a minute per key, so authentication stays free of writes on the hot path. */
+export async function touchApiKeys(sql: Sql, ids: string[]): Promise<void> {
+  if (ids.length === 0) return
+  await sql`update api_keys set last_used_at = now() where id in ${sql(ids)}`
+}

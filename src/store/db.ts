@@ -1,0 +1,121 @@
+import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs'
+import { join, resolve } from 'node:path'
+import postgres from 'postgres'
+
+/** Anything that runs a query: the pool or a transaction. */
+export type Sql = postgres.Sql | postgres.TransactionSql
+export type Tx = postgres.TransactionSql
+/** The pool itself: what can begin a transaction. */
+export type Pool = postgres.Sql
+
+export interface Database {
+  sql: postgres.Sql
+  kind: 'pglite' | 'postgres'
+  /** Where it is, for the start-up log (never a password). */
+  describe: string
+  close(): Promise<void>
+}
+
+const common = {
+  onnotice: () => {},
+  // Rows keep the column names (snake_case), which are also the API's field names.
+  connection: { application_name: 'agent-platform-api' },
+} as const
+
+/** Server mode: PostgreSQL 15+ with pgvector, through a real pool. */
+export function openPostgres(url: string, max: number): Database {
+  const sql = postgres(url, { ...common, max, idle_timeout: 30, connect_timeout: 10 })
+  const u = new URL(url)
+  return {
+    sql,
+    kind: 'postgres',
+    describe: `postgres ${u.hostname}:${u.port || 5432}${u.pathname}`,
+    close: () => sql.end({ timeout: 5 }),
+  }
+}
+
+export interface EmbeddedOptions {
+  /** Directory under which the database lives; null keeps it in memory (tests). */
+  dataDir: string | null
+  /** A `dumpDataDir()` tarball to start from (tests clone a migrated template this way). */
+  loadDataDir?: Blob
+}
+
+/**
+ * Embedded default: PGlite with pgvector, served on a loopback port so that postgres.js is the only
+ * driver. One connection (`max: 1`): PGlite is a single session, and the socket server's multiplexer
+ * breaks when several connections interleave prepared statements.
+ */
+export async function openEmbedded(opts: EmbeddedOptions): Promise<Database> {
+  const [{ PGlite }, { vector }, { PGLiteSocketServer }] = await Promise.all([
+    import('@electric-sql/pglite'),
+    import('@electric-sql/pglite-pgvector'),
+    import('@electric-sql/pglite-socket'),
+  ])
+  let release = () => {}
+  let pgDir: string | undefined
+  if (opts.dataDir) {
+    const dir = resolve(opts.dataDir)
+    mkdirSync(dir, { recursive: true })
+    release = lockDataDir(dir)
+    pgDir = join(dir, 'pglite')
+  }
+  try {
+    const db = await PGlite.create({ dataDir: pgDir, loadDataDir: opts.loadDataDir, extensions: { vector } })
+    const server = new PGLiteSocketServer({ db, port: 0, host: '127.0.0.1' })
+    await server.start()
+    const [host, port] = server.getServerConn().split(':')
+    const sql = postgres({ ...common, host, port: Number(port), username: 'postgres', database: 'postgres', max: 1 })
+    return {
+      sql,
+      kind: 'pglite',
+      describe: pgDir ? `embedded PGlite at ${pgDir}` : 'embedded PGlite in memory',
+      async close() {
+        await sql.end({ timeout: 5 })
+        await server.stop()
+        await db.close()
+        release()
+      },
+    }
+  } catch (err) {
+    release()
+    throw err
+  }
+}
+
+export class DataDirLockedError extends Error {}
+
+/**
+ * Two processes on one PGlite directory corrupt it, so the first takes a lock file holding its pid.
+ * A lock whose pid is gone (a crash, SIGKILL) is stale and taken over.
+ */
+function lockDataDir(dir: string): () => void {
+  const path = join(dir, 'pglite.lock')
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      const fd = openSync(path, 'wx')
+      writeSync(fd, String(process.pid))
+      closeSync(fd)
+      return () => rmSync(path, { force: true })
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err
+      const pid = Number(readFileSync(path, 'utf8').trim())
+      if (pid && pid !== process.pid && isAlive(pid)) {
+        throw new DataDirLockedError(
+          `DATA_DIR ${dir} is in use by process ${pid}; the embedded database allows one process (set DATABASE_URL for several)`,
+        )
+      }
+      rmSync(path, { force: true })
+    }
+  }
+  throw new DataDirLockedError(`could not lock DATA_DIR ${dir}`)
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}

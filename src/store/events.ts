@@ -1,0 +1,35 @@
+import { newId } from '../lib/ids'
+import type { Sql, Tx } from './db'
+
+export interface EventRow {
+  id: string
+  workspace_id: string | null
+  type: string
+  data: Record<string, unknown>
+  created_at: Date
+  dispatched_at: Date | null
+}
+
+/**
+ * The outbox: writes the event in the caller's transaction, so it commits (and is later delivered)
+ * exactly when the change it describes commits. Nothing is lost if the process dies after commit.
+ */
+export async function emit(tx: Tx | Sql, workspaceId: string | null, type: string, data: Record<string, unknown>): Promise<EventRow> {
+  const [row] = await tx<EventRow[]>`
+    insert into events (id, workspace_id, type, data)
+    values (${newId('evt')}, ${workspaceId}, ${type}, ${tx.json(data as never)})
+    returning *`
+  return row!
+}
+
+/** Undispatched events, oldest first; `for update skip locked` lets several workers share the outbox. */
+export async function claimUndispatchedEvents(tx: Tx, limit: number): Promise<EventRow[]> {
+  return tx<EventRow[]>`
+    select * from events where dispatched_at is null
+    order by created_at, id limit ${limit} for update skip locked`
+}
+
+export async function markEventsDispatched(tx: Tx, ids: string[]): Promise<void> {
+  if (ids.length === 0) return
+  await tx`update events set dispatched_at = now() where id in ${tx(ids)}`
+}

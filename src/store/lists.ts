@@ -1,0 +1,39 @@
+import type { Fragment } from 'postgres'
+import type { ListQuery } from '../lib/lists'
+import type { Sql } from './db'
+
+/**
+ * The SQL of a keyset page: filters, "after the cursor", order and limit. Column names come only
+ * from a route's ListSpec (never from the client), and `id` breaks ties so pages never repeat or skip.
+ */
+export function listClauses(sql: Sql, q: ListQuery, opts: { alias?: string; idColumn?: string } = {}) {
+  const col = (f: string) => {
+    const name = f === 'id' && opts.idColumn ? opts.idColumn : f
+    return sql(opts.alias ? `${opts.alias}.${name}` : name)
+  }
+  const conditions: Fragment[] = q.filters.map((f) => {
+    switch (f.op) {
+      case 'eq': return sql`${col(f.field)} = ${f.value}`
+      case 'in': return sql`${col(f.field)} in ${sql(f.values)}`
+      case 'after': return sql`${col(f.field)} > ${f.value}`
+      case 'before': return sql`${col(f.field)} < ${f.value}`
+    }
+  })
+  const keys = [...q.sort, { field: 'id', desc: q.sort[q.sort.length - 1]!.desc }]
+  if (q.after) {
+    const values = q.after
+    // (k1 > v1) or (k1 = v1 and k2 > v2) or ... with each key's own direction.
+    const alternatives = keys.map((k, i) => {
+      const cmp = k.desc ? sql`${col(k.field)} < ${values[i] as never}` : sql`${col(k.field)} > ${values[i] as never}`
+      return keys.slice(0, i).reduce((acc, prev, j) => sql`${col(prev.field)} = ${values[j] as never} and ${acc}`, cmp)
+    })
+    conditions.push(sql`(${alternatives.reduce((acc, a) => sql`${acc} or (${a})`)})`)
+  }
+  const order = keys.map((k) => (k.desc ? sql`${col(k.field)} desc` : sql`${col(k.field)} asc`))
+  return {
+    /** `and ...` conditions, to follow a where clause that already has one condition. */
+    and: conditions.reduce((acc, c) => sql`${acc} and ${c}`, sql``),
+    orderBy: order.reduce((acc, o) => sql`${acc}, ${o}`),
+    limit: q.limit + 1,
+  }
+}

@@ -1,0 +1,9 @@
+import { IoRedis } from './ioredis'
+import { MemoryRedis } from './memory'
+import type { RedisPort } from './port'
+
+export type { RedisPort } from './port'
+
+export function openRedis(url: string | null, prefix = 'ap:'): RedisPort {
+  return url ? new IoRedis(url, prefix) : new MemoryRedis()
+}

@@ -1,0 +1,144 @@
+import Redis from 'ioredis'
+import type { DueTimer, RedisPort, TakeResult, TokenBucket, Unsubscribe } from './port'
+
+// Token bucket in one round trip. The clock is Redis' own (TIME), so several processes whose clocks
+// drift still share one bucket fairly.
+const TAKE = `
+local capacity = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local b = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(b[1])
+local at = tonumber(b[2])
+if tokens == nil then tokens = capacity; at = now end
+tokens = math.min(capacity, tokens + (math.max(0, now - at) / 1000) * rate)
+local allowed = 0
+if tokens >= 1 then tokens = tokens - 1; allowed = 1 end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', now)
+redis.call('PEXPIRE', KEYS[1], math.ceil(capacity / rate * 1000) + 1000)
+return { allowed, tostring(tokens) }
+`
+
+// Claims due timers: removal and read happen in one script, so each timer fires in exactly one worker.
+const CLAIM = `
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for i = 1, #due, 2 do
+  local id = due[i]
+  redis.call('ZREM', KEYS[1], id)
+  local payload = redis.call('HGET', KEYS[2], id)
+  redis.call('HDEL', KEYS[2], id)
+  table.insert(out, id)
+  table.insert(out, due[i + 1])
+  table.insert(out, payload or '')
+end
+return out
+`
+
+type Scripted = Redis & {
+  apTake(key: string, capacity: number, rate: number): Promise<[number, string]>
+  apClaim(zset: string, hash: string, now: number, limit: number): Promise<string[]>
+}
+
+export class IoRedis implements RedisPort {
+  readonly kind = 'redis' as const
+  private client: Scripted
+  private subscriber: Redis | null = null
+  private handlers = new Map<string, Set<(message: string) => void>>()
+
+  /** `prefix` namespaces every key and channel (tests give each file its own). */
+  constructor(url: string, private readonly prefix = 'ap:') {
+    const client = new Redis(url, { keyPrefix: prefix, maxRetriesPerRequest: 2, enableAutoPipelining: true })
+    client.defineCommand('apTake', { numberOfKeys: 1, lua: TAKE })
+    client.defineCommand('apClaim', { numberOfKeys: 2, lua: CLAIM })
+    // Errors surface on the commands themselves (and /readyz); without a listener ioredis logs each one.
+    client.on('error', () => {})
+    this.client = client as Scripted
+  }
+
+  async setIfAbsent(key: string, value: string, ttlMs: number) {
+    return (await this.client.set(key, value, 'PX', ttlMs, 'NX')) === 'OK'
+  }
+
+  get(key: string) {
+    return this.client.get(key)
+  }
+
+  async set(key: string, value: string, ttlMs: number) {
+    await this.client.set(key, value, 'PX', ttlMs)
+  }
+
+  async del(key: string) {
+    await this.client.del(key)
+  }
+
+  pttl(key: string) {
+    return this.client.pttl(key)
+  }
+
+  async take(key: string, { capacity, refillPerSecond }: TokenBucket): Promise<TakeResult> {
+    const [allowed, raw] = await this.client.apTake(`rl:${key}`, capacity, refillPerSecond)
+    const tokens = Number(raw)
+    return {
+      allowed: allowed === 1,
+      remaining: Math.floor(tokens),
+      retryAfterMs: allowed === 1 ? 0 : Math.ceil(((1 - tokens) / refillPerSecond) * 1000),
+      resetMs: Math.ceil(((capacity - tokens) / refillPerSecond) * 1000),
+    }
+  }
+
+  async scheduleTimer(id: string, dueAt: number, payload: string) {
+    await this.client.multi().zadd('timers', dueAt, id).hset('timers:payload', id, payload).exec()
+  }
+
+  async cancelTimer(id: string) {
+    await this.client.multi().zrem('timers', id).hdel('timers:payload', id).exec()
+  }
+
+  async claimDueTimers(now: number, limit: number): Promise<DueTimer[]> {
+    const flat = await this.client.apClaim('timers', 'timers:payload', now, limit)
+    const out: DueTimer[] = []
+    for (let i = 0; i < flat.length; i += 3) out.push({ id: flat[i]!, dueAt: Number(flat[i + 1]), payload: flat[i + 2]! })
+    return out
+  }
+
+  async publish(channel: string, message: string) {
+    await this.client.publish(this.prefix + channel, message)
+  }
+
+  async subscribe(channel: string, handler: (message: string) => void): Promise<Unsubscribe> {
+    const full = this.prefix + channel
+    if (!this.subscriber) {
+      // A subscribed connection can do nothing else, so pub/sub gets its own.
+      const sub = this.client.duplicate({ keyPrefix: '' })
+      sub.on('error', () => {})
+      sub.on('message', (ch: string, message: string) => {
+        for (const h of this.handlers.get(ch) ?? []) h(message)
+      })
+      this.subscriber = sub
+    }
+    let set = this.handlers.get(full)
+    if (!set) {
+      this.handlers.set(full, (set = new Set()))
+      await this.subscriber.subscribe(full)
+    }
+    set.add(handler)
+    return async () => {
+      set.delete(handler)
+      if (set.size === 0 && this.handlers.get(full) === set) {
+        this.handlers.delete(full)
+        await this.subscriber?.unsubscribe(full)
+      }
+    }
+  }
+
+  async ping() {
+    await this.client.ping()
+  }
+
+  async close() {
+    this.handlers.clear()
+    await Promise.allSettled([this.client.quit(), this.subscriber?.quit()])
+  }
+}

@@ -1,0 +1,121 @@
+import type { DueTimer, RedisPort, TakeResult, TokenBucket, Unsubscribe } from './port'
+
+/**
+ * The in-process stand-in for Redis when REDIS_URL is unset. Single process only: its records,
+ * timers and channels are invisible to any other process.
+ */
+export class MemoryRedis implements RedisPort {
+  readonly kind = 'memory' as const
+  private values = new Map<string, { value: string; expiresAt: number }>()
+  private buckets = new Map<string, { tokens: number; at: number }>()
+  private timers = new Map<string, DueTimer>()
+  private channels = new Map<string, Set<(message: string) => void>>()
+  private sweeper: ReturnType<typeof setInterval>
+
+  constructor(private readonly now: () => number = Date.now) {
+    // Expired keys are dropped lazily on read; this sweep bounds memory for keys never read again.
+    this.sweeper = setInterval(() => this.sweep(), 60_000)
+    this.sweeper.unref?.()
+  }
+
+  private live(key: string) {
+    const entry = this.values.get(key)
+    if (entry && entry.expiresAt <= this.now()) {
+      this.values.delete(key)
+      return undefined
+    }
+    return entry
+  }
+
+  private sweep() {
+    const now = this.now()
+    for (const [key, entry] of this.values) if (entry.expiresAt <= now) this.values.delete(key)
+    for (const [key, b] of this.buckets) if (now - b.at > 3_600_000) this.buckets.delete(key)
+  }
+
+  async setIfAbsent(key: string, value: string, ttlMs: number) {
+    if (this.live(key)) return false
+    this.values.set(key, { value, expiresAt: this.now() + ttlMs })
+    return true
+  }
+
+  async get(key: string) {
+    return this.live(key)?.value ?? null
+  }
+
+  async set(key: string, value: string, ttlMs: number) {
+    this.values.set(key, { value, expiresAt: this.now() + ttlMs })
+  }
+
+  async del(key: string) {
+    this.values.delete(key)
+  }
+
+  async pttl(key: string) {
+    const entry = this.live(key)
+    return entry ? entry.expiresAt - this.now() : -2
+  }
+
+  async take(key: string, bucket: TokenBucket): Promise<TakeResult> {
+    return takeToken(this.buckets, key, bucket, this.now())
+  }
+
+  async scheduleTimer(id: string, dueAt: number, payload: string) {
+    this.timers.set(id, { id, dueAt, payload })
+  }
+
+  async cancelTimer(id: string) {
+    this.timers.delete(id)
+  }
+
+  async claimDueTimers(now: number, limit: number) {
+    const due = [...this.timers.values()].filter((t) => t.dueAt <= now)
+    due.sort((a, b) => a.dueAt - b.dueAt || (a.id < b.id ? -1 : 1))
+    const claimed = due.slice(0, limit)
+    for (const t of claimed) this.timers.delete(t.id)
+    return claimed
+  }
+
+  async publish(channel: string, message: string) {
+    const handlers = this.channels.get(channel)
+    if (!handlers) return
+    // Delivered on a later tick, as from a real broker: a publisher never runs subscribers inline.
+    for (const handler of handlers) queueMicrotask(() => handler(message))
+  }
+
+  async subscribe(channel: string, handler: (message: string) => void): Promise<Unsubscribe> {
+    let handlers = this.channels.get(channel)
+    if (!handlers) this.channels.set(channel, (handlers = new Set()))
+    handlers.add(handler)
+    return async () => {
+      handlers.delete(handler)
+    }
+  }
+
+  async ping() {}
+
+  async close() {
+    clearInterval(this.sweeper)
+    this.channels.clear()
+  }
+}
+
+/** The token-bucket arithmetic, shared by the in-process adapter; the Lua script mirrors it. */
+function takeToken(
+  buckets: Map<string, { tokens: number; at: number }>,
+  key: string,
+  { capacity, refillPerSecond }: TokenBucket,
+  now: number,
+): TakeResult {
+  const prev = buckets.get(key)
+  let tokens = prev ? Math.min(capacity, prev.tokens + ((now - prev.at) / 1000) * refillPerSecond) : capacity
+  const allowed = tokens >= 1
+  if (allowed) tokens -= 1
+  buckets.set(key, { tokens, at: now })
+  return {
+    allowed,
+    remaining: Math.floor(tokens),
+    retryAfterMs: allowed ? 0 : Math.ceil(((1 - tokens) / refillPerSecond) * 1000),
+    resetMs: Math.ceil(((capacity - tokens) / refillPerSecond) * 1000),
+  }
+}

@@ -1,0 +1,52 @@
+/**
+ * What Redis does for this service, and nothing more: idempotency records, delayed timers, rate
+ * limits and pub/sub across processes. Two adapters implement it (ioredis, in-process); one contract
+ * test suite runs against both.
+ */
+export interface TokenBucket {
+  /** Tokens the bucket holds when full (the burst). */
+  capacity: number
+  /** Tokens added per second. */
+  refillPerSecond: number
+}
+
+export interface TakeResult {
+  allowed: boolean
+  /** Whole tokens left after this take. */
+  remaining: number
+  /** Milliseconds until one token is available again (0 when allowed). */
+  retryAfterMs: number
+  /** Milliseconds until the bucket is full again. */
+  resetMs: number
+}
+
+export interface DueTimer {
+  id: string
+  payload: string
+  dueAt: number
+}
+
+export type Unsubscribe = () => Promise<void>
+
+export interface RedisPort {
+  readonly kind: 'redis' | 'memory'
+  /** `SET key value NX PX ttl`: true when this call created the key. */
+  setIfAbsent(key: string, value: string, ttlMs: number): Promise<boolean>
+  get(key: string): Promise<string | null>
+  /** `SET key value PX ttl`. */
+  set(key: string, value: string, ttlMs: number): Promise<void>
+  del(key: string): Promise<void>
+  /** Remaining time to live in ms; -2 when the key is missing, -1 when it has none. */
+  pttl(key: string): Promise<number>
+  /** Takes one token from the bucket at `key`, atomically. */
+  take(key: string, bucket: TokenBucket): Promise<TakeResult>
+  /** Schedules (or reschedules) the timer with this predictable id; idempotent. */
+  scheduleTimer(id: string, dueAt: number, payload: string): Promise<void>
+  cancelTimer(id: string): Promise<void>
+  /** Atomically removes and returns up to `limit` timers due at `now`: each fires in exactly one caller. */
+  claimDueTimers(now: number, limit: number): Promise<DueTimer[]>
+  publish(channel: string, message: string): Promise<void>
+  subscribe(channel: string, handler: (message: string) => void): Promise<Unsubscribe>
+  ping(): Promise<void>
+  close(): Promise<void>
+}
