@@ -14,6 +14,8 @@ export interface Database {
   /** Where it is, for the start-up log (never a password). */
   describe: string
   close(): Promise<void>
+  /** Embedded only: the data directory as a tarball (tests clone a migrated template from it). */
+  dump?(): Promise<Blob>
 }
 
 const common = {
@@ -70,6 +72,7 @@ export async function openEmbedded(opts: EmbeddedOptions): Promise<Database> {
       sql,
       kind: 'pglite',
       describe: pgDir ? `embedded PGlite at ${pgDir}` : 'embedded PGlite in memory',
+      dump: async () => (await db.dumpDataDir('gzip')) as Blob,
       async close() {
         await sql.end({ timeout: 5 })
         await server.stop()
