@@ -93,7 +93,8 @@ export function conventions(deps: Deps) {
       return finish(request, set, err.status, errorBody(stateOf(request).id, err), route || 'unmatched', err.extra.headers)
     })
     .mapResponse({ as: 'global' }, ({ response, request, set, route }) => {
-      if (response instanceof Response || response === undefined || typeof response === 'string') return
+      // Only plain objects are ours to serialise; Responses, static handlers and text pass through.
+      if (response === null || typeof response !== 'object' || (Object.getPrototypeOf(response) !== Object.prototype && !Array.isArray(response))) return
       const status = typeof set.status === 'number' ? set.status : 200
       return finish(request, set, status, response, route)
     })
