@@ -28,7 +28,13 @@ async function main() {
     log.fatal({ err }, 'start-up failed')
     process.exit(1)
   }
-  const boot = await deps.apiKeys.bootstrap(config.bootstrapApiKey)
+  let boot
+  try {
+    boot = await deps.apiKeys.bootstrap(config.bootstrapApiKey)
+  } catch (err) {
+    log.fatal({ err }, 'could not create the root API key')
+    process.exit(1)
+  }
   if (boot.created && boot.key) {
     // Printed once, on first start only: the key is stored as a hash and cannot be shown again.
     process.stdout.write(`\nRoot API key (shown once, store it now):\n\n    ${boot.key}\n\n`)

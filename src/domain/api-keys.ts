@@ -7,7 +7,7 @@ import type { ApiKeyRow } from '../store/api-keys'
 import type { Pool as Sql } from '../store/db'
 import type { RedisPort } from '../store/redis'
 import type { Unsubscribe } from '../store/redis/port'
-import { adminWorkspaceIds, getMember } from '../store/workspaces'
+import { adminWorkspaceIds, getMember, getWorkspace } from '../store/workspaces'
 import type { Role } from '../store/workspaces'
 import { roleAtMost, type Caller } from './access'
 import { access } from './workspaces'
@@ -54,8 +54,18 @@ export class ApiKeys {
     await this.flushTouches().catch(() => {})
   }
 
+  /** Drops cached keys by key id, or every key of a workspace by workspace id (the prefixes differ). */
   private forget(id: string) {
-    for (const [hash, entry] of this.cache) if (entry.row?.id === id) this.cache.delete(hash)
+    for (const [hash, entry] of this.cache) if (entry.row?.id === id || entry.row?.workspace_id === id) this.cache.delete(hash)
+  }
+
+  /**
+   * A deleted workspace takes its restricted keys with it (ON DELETE CASCADE); without this they would
+   * stay cached, and valid, for up to POSITIVE_TTL_MS in every process.
+   */
+  async forgetWorkspace(workspaceId: string) {
+    this.forget(workspaceId)
+    await this.redis.publish(REVOKED_CHANNEL, workspaceId)
   }
 
   async authenticate(token: string): Promise<Caller> {
@@ -88,21 +98,26 @@ export class ApiKeys {
 
   /** Creates the root key when no key exists yet; returns the plain key only when it generated one. */
   async bootstrap(configured: string | null): Promise<{ created: boolean; key: string | null }> {
-    if ((await store.countApiKeys(this.sql)) > 0) return { created: false, key: null }
-    const key = configured ?? generateKey()
-    await store.insertApiKey(this.sql, {
-      id: newId('key'),
-      key_hash: sha256Hex(key),
-      prefix: key.slice(0, 7),
-      name: 'bootstrap root key',
-      user_id: 'root',
-      workspace_id: null,
-      role_limit: null,
-      is_root: true,
-      created_by: null,
-      expires_at: null,
+    // Replicas starting at once would each see no key and insert one (with BOOTSTRAP_API_KEY, the
+    // second insert hits the unique hash and that process dies): one transaction under a lock.
+    return this.sql.begin(async (tx) => {
+      await store.lockApiKeyBootstrap(tx)
+      if ((await store.countApiKeys(tx)) > 0) return { created: false, key: null }
+      const key = configured ?? generateKey()
+      await store.insertApiKey(tx, {
+        id: newId('key'),
+        key_hash: sha256Hex(key),
+        prefix: key.slice(0, 7),
+        name: 'bootstrap root key',
+        user_id: 'root',
+        workspace_id: null,
+        role_limit: null,
+        is_root: true,
+        created_by: null,
+        expires_at: null,
+      })
+      return { created: true, key: configured ? null : key }
     })
-    return { created: true, key: configured ? null : key }
   }
 
   /**
@@ -126,6 +141,9 @@ export class ApiKeys {
       } else if (input.user_id !== caller.userId) {
         throw new AppError('forbidden', 'only a root key may issue keys for other users outside a workspace')
       }
+    } else if (workspaceId) {
+      // Root skips the access check, not the existence check (else the foreign key answers a 500).
+      await getWorkspace(this.sql, workspaceId)
     }
     if (input.expires_at && input.expires_at.getTime() <= Date.now()) invalidExpiry()
     let roleLimit = input.role_limit ?? null
@@ -150,7 +168,9 @@ export class ApiKeys {
     if (caller.isRoot && caller.workspaceId === null) return store.listApiKeys(this.sql, { all: true }, q)
     const adminOf = (await adminWorkspaceIds(this.sql, caller.userId)).filter((id) => caller.workspaceId === null || id === caller.workspaceId)
     const visible = caller.roleLimit && caller.roleLimit !== 'admin' ? [] : adminOf
-    return store.listApiKeys(this.sql, { userId: caller.userId, adminOf: visible }, q)
+    // A restricted key sees nothing of another workspace, not even its own user's keys there.
+    const scoped = caller.workspaceId === null ? q : { ...q, filters: [...q.filters, { field: 'workspace_id', op: 'eq' as const, value: caller.workspaceId }] }
+    return store.listApiKeys(this.sql, { userId: caller.userId, adminOf: visible }, scoped)
   }
 
   /** Revocation takes effect at once, here and (through pub/sub) in every other process. */

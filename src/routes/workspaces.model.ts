@@ -5,9 +5,12 @@ import { iso } from '../lib/time'
 import type { MemberRow, WorkspaceRow } from '../store/workspaces'
 import { Id, Name, Timestamp, UserId } from './common.model'
 
-const WorkspaceType = t.UnionEnum(WORKSPACE_TYPES, { description: 'Workspace type (default team)' })
-const JoinPolicy = t.UnionEnum(JOIN_POLICIES, { description: 'How users join (default approve_required)' })
+// `default: undefined` because Elysia fills an absent optional UnionEnum with its first value
+// (elysiajs/elysia#1332): every key issued without role_limit got role_limit "admin".
+const WorkspaceType = t.UnionEnum(WORKSPACE_TYPES, { default: undefined, description: 'Workspace type (default team)' })
+const JoinPolicy = t.UnionEnum(JOIN_POLICIES, { default: undefined, description: 'How users join (default approve_required)' })
 export const RoleSchema = t.UnionEnum(ROLES, {
+  default: undefined,
   description: 'admin = workspace administrator, developer = application builder, user = ordinary user, readonly = read only',
 })
 const Description = t.String({ maxLength: 2000 })

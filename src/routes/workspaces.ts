@@ -55,6 +55,7 @@ export function workspaceRoutes(deps: Deps) {
     })
     .delete('/workspaces/:id', async ({ caller, requestId, params }) => {
       await workspaces.deleteWorkspace(sql, caller, params.id)
+      await deps.apiKeys.forgetWorkspace(params.id)
       return envelope(requestId, { id: params.id, deleted: true as const })
     }, {
       params: WorkspaceParams,

@@ -43,6 +43,11 @@ export async function getApiKey(sql: Sql, id: string): Promise<ApiKeyRow> {
   return row
 }
 
+/** Serialises the root-key bootstrap of processes starting at once, until the transaction ends. */
+export async function lockApiKeyBootstrap(tx: Tx): Promise<void> {
+  await tx`select pg_advisory_xact_lock(7465003)`
+}
+
 export async function countApiKeys(sql: Sql): Promise<number> {
   const [row] = await sql<{ n: number }[]>`select count(*)::int as n from api_keys`
   return row!.n
