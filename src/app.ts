@@ -29,14 +29,11 @@ export function buildApp(deps: Deps) {
   const v1 = `${deps.config.basePath}/v1`
   // normalize: false so that `additionalProperties: false` rejects an unknown field with a 400
   // instead of Elysia silently dropping it.
-  // The docs route reads the finished app's routes; it is bound once the app exists.
-  const self: { app?: { routes: never[]; handle(r: Request): Promise<Response> } } = {}
   const app = new Elysia({ normalize: false })
     .use(conventions(deps))
-    .use(docsRoutes(documentation, () => self.app!))
+    .use(docsRoutes(documentation))
     .use(opsRoutes(deps))
     .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)))
-  self.app = app as never
   return app
 }
 

@@ -91,6 +91,8 @@ function parseFilter(name: string, raw: string, spec: ListSpec): Filter {
   const typed = (field: string, v: string): string | number => {
     const f = known(field)!
     if (f.values && !f.values.includes(v)) throw bad(`${name} must be one of: ${f.values.join(', ')}`)
+    // Postgres text cannot hold U+0000; no stored value contains it, so the filter is simply malformed.
+    if (v.includes('\u0000')) throw bad(`${name} must not contain the NUL character`)
     if (f.type === 'int') {
       if (!/^-?\d{1,15}$/.test(v)) throw bad(`${name} must be an integer`)
       return Number(v)
@@ -151,7 +153,7 @@ function decodeCursor(raw: string, sort: SortKey[]): unknown[] {
       if (!d) throw bad()
       return d
     }
-    if (type === 'int' ? typeof v !== 'number' || !Number.isSafeInteger(v) : typeof v !== 'string') throw bad()
+    if (type === 'int' ? typeof v !== 'number' || !Number.isSafeInteger(v) : typeof v !== 'string' || v.includes('\u0000')) throw bad()
     return v
   })
   return values

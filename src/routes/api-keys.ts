@@ -70,6 +70,7 @@ export function apiKeyRoutes(deps: Deps) {
       return envelope(requestId, { ...toApiKey(row), key })
     }, {
       body: CreateApiKey,
+      parse: 'json',
       response: { 201: Envelope(CreatedApiKey), ...errors(403, 404, 409, 422) },
       detail: { tags, summary: 'Issue an API key (shown once)', description: 'Root may issue any key; a workspace admin keys restricted to its workspace for its members; anyone a key for itself. A key never gets a higher role limit than the key that issued it.' },
     })

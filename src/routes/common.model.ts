@@ -6,8 +6,8 @@ export const Id = (prefix: string, description: string) =>
 export const UserId = t.String({ minLength: 1, maxLength: 128, pattern: '^[^\\u0000-\\u001f]+$', description: 'User identifier (free-form, chosen by the client)', examples: ['user_42'] })
 export const Timestamp = t.String({ format: 'date-time', description: 'ISO 8601 UTC with milliseconds and Z', examples: ['2026-01-02T03:04:05.678Z'] })
 export const RequestId = t.String({ description: 'Request id, also in the X-Request-Id header', examples: ['req_01jbz3k9x8q7r6s5t4v3w2y1z0'] })
-/** A visible name: 1-200 characters, no control characters. */
-export const Name = t.String({ minLength: 1, maxLength: 200, pattern: '^[^\\u0000-\\u001f\\u007f]*\\S[^\\u0000-\\u001f\\u007f]*$' })
+/** A visible name: 1-200 characters, no control characters, not only spaces. */
+export const Name = t.String({ minLength: 1, maxLength: 200, pattern: '^[^\\u0000-\\u001f\\u007f]*[^\\s\\u0000-\\u001f\\u007f][^\\u0000-\\u001f\\u007f]*$' })
 
 export const ErrorBody = t.Object(
   {

@@ -40,7 +40,12 @@ export function opsRoutes(deps: Deps) {
     })
     .get('/metrics', async () =>
       new Response(await deps.metrics.text(), { headers: { 'content-type': deps.metrics.contentType, 'cache-control': 'no-store' } }), {
-      detail: { tags, summary: 'Prometheus metrics: request counts and latency histograms by route and status', security: [] },
+      detail: {
+        tags,
+        summary: 'Prometheus metrics: request counts and latency histograms by route and status',
+        security: [],
+        responses: { 200: { description: 'Prometheus text exposition format', content: { 'text/plain': { schema: { type: 'string' } } } } },
+      },
     })
 }
 

@@ -37,6 +37,7 @@ export function workspaceRoutes(deps: Deps) {
       return envelope(requestId, toWorkspace(await workspaces.createWorkspace(sql, caller, body)))
     }, {
       body: CreateWorkspace,
+      parse: 'json',
       response: { 201: Envelope(Workspace), ...errors(403, 409, 413, 422) },
       detail: { tags, summary: 'Create a workspace; the caller becomes its owner (and an admin member)' },
     })
@@ -50,6 +51,7 @@ export function workspaceRoutes(deps: Deps) {
       envelope(requestId, toWorkspace(await workspaces.updateWorkspace(sql, caller, params.id, body))), {
       params: WorkspaceParams,
       body: UpdateWorkspace,
+      parse: 'json',
       response: { 200: Envelope(Workspace), ...errors(403, 404, 409, 422) },
       detail: { tags, summary: 'Update a workspace name or description (admin)' },
     })
@@ -78,6 +80,7 @@ export function workspaceRoutes(deps: Deps) {
       envelope(requestId, toWorkspace(await workspaces.transferWorkspace(sql, caller, params.id, body.new_owner_id))), {
       params: WorkspaceParams,
       body: Transfer,
+      parse: 'json',
       response: { 200: Envelope(Workspace), ...errors(403, 404, 409, 422) },
       detail: { tags, summary: 'Transfer ownership to a current member (current owner only)', description: 'The new owner becomes an admin; the previous owner stays an admin member.' },
     })
@@ -96,6 +99,7 @@ export function workspaceRoutes(deps: Deps) {
     }, {
       params: WorkspaceParams,
       body: AddMember,
+      parse: 'json',
       response: { 201: Envelope(Member), ...errors(403, 404, 409, 422) },
       detail: { tags: ['members'], summary: 'Add a member with a role (admin)' },
     })
@@ -103,6 +107,7 @@ export function workspaceRoutes(deps: Deps) {
       envelope(requestId, toMember(await workspaces.changeMemberRole(sql, caller, params.id, params.user_id, body.role))), {
       params: MemberParams,
       body: ChangeRole,
+      parse: 'json',
       response: { 200: Envelope(Member), ...errors(403, 404, 409, 422) },
       detail: { tags: ['members'], summary: "Change a member's role (admin); the owner stays admin" },
     })

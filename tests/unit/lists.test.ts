@@ -119,6 +119,11 @@ describe('filters', () => {
     ['an unparseable time', { created_at_after: 'yesterday' }, 'created_at_after'],
     ['a number as a time', { created_at_before: '1' }, 'created_at_before'],
     ['an impossible date', { created_at_after: '2026-13-45' }, 'created_at_after'],
+    ['a day that does not exist', { created_at_after: '2026-02-30T00:00:00Z' }, 'created_at_after'],
+    ['year 0 (Postgres has none)', { created_at_before: '0000-06-01T00:00:00Z' }, 'created_at_before'],
+    ['a time that becomes year 0 in UTC', { created_at_before: '0001-01-01T00:30:00+01:00' }, 'created_at_before'],
+    ['NUL in a text value', { owner_id: 'a\u0000' }, 'owner_id'],
+    ['NUL in an _in value', { owner_id_in: 'a,\u0000' }, 'owner_id_in'],
     ['a prototype name', { constructor: 'x' }, 'constructor'],
     ['a prototype name with a suffix', { __proto___in: 'x' }, '__proto___in'],
   ])('refuses %s with invalid_filter', (_what, query, param) => {
@@ -164,6 +169,8 @@ describe('cursor', () => {
     ['a number as the time', b64({ s: '-created_at', v: [5, 'ws_01'] })],
     ['an id that is not a string', b64({ s: '-created_at', v: ['2026-01-02T03:04:05.678Z', 7] })],
     ['an object as the id', b64({ s: '-created_at', v: ['2026-01-02T03:04:05.678Z', { $ne: 1 }] })],
+    ['an id with a NUL', b64({ s: '-created_at', v: ['2026-01-02T03:04:05.678Z', 'ws_\u0000'] })],
+    ['a time in year 0', b64({ s: '-created_at', v: ['0000-01-01T00:00:00.000Z', 'ws_01'] })],
     ['too long', 'A'.repeat(3000)],
     ['a truncated real cursor', nextCursor('-created_at', row).slice(0, 20)],
   ])('refuses a cursor that is %s', (_what, cursor) => {

@@ -1,0 +1,116 @@
+import { expect, test } from 'bun:test'
+import { ConfigError, loadConfig } from '../../src/config'
+
+/** The ConfigError a load throws. */
+function failure(env: Record<string, string>): ConfigError {
+  try {
+    loadConfig(env)
+  } catch (err) {
+    if (err instanceof ConfigError) return err
+    throw err
+  }
+  throw new Error(`loadConfig(${JSON.stringify(env)}) did not fail`)
+}
+
+test('an empty environment gives the defaults of CONTRACT 11', () => {
+  expect(loadConfig({})).toEqual({
+    port: 8080,
+    host: '0.0.0.0',
+    basePath: '',
+    dataDir: './data',
+    databaseUrl: null,
+    databasePoolMax: 10,
+    redisUrl: null,
+    bootstrapApiKey: null,
+    secretKey: null,
+    modelsFile: null,
+    tls: null,
+    syncRunTimeoutMs: 120_000,
+    webhookRetryDelaysMs: [30_000, 60_000, 300_000, 1_800_000, 7_200_000],
+    webhookTimeoutMs: 10_000,
+    webhookAllowHttp: false,
+    webhookAllowPrivateNetworks: false,
+    maxUploadBytes: 52_428_800,
+    maxJsonBytes: 1_048_576,
+    rateLimit: { perSecond: 50, burst: 100 },
+    shutdownTimeoutMs: 10_000,
+    logLevel: 'info',
+  })
+})
+
+test('empty strings count as unset', () => {
+  expect(loadConfig({ PORT: '', DATABASE_URL: '', LOG_LEVEL: '' })).toMatchObject({ port: 8080, databaseUrl: null, logLevel: 'info' })
+})
+
+test('variables that are not ours are ignored', () => {
+  expect(loadConfig({ PATH: '/usr/bin', HOME: '/root', port: 'abc' }).port).toBe(8080)
+})
+
+test('good values are taken and typed', () => {
+  const c = loadConfig({
+    PORT: '3000',
+    HOST: '127.0.0.1',
+    BASE_PATH: '/api',
+    DATABASE_URL: 'postgresql://u:p@db:5432/app',
+    REDIS_URL: 'rediss://cache:6380',
+    TLS_CERT_FILE: '/tls/cert.pem',
+    TLS_KEY_FILE: '/tls/key.pem',
+    WEBHOOK_RETRY_DELAYS_MS: '10,20',
+    WEBHOOK_ALLOW_HTTP: 'true',
+    WEBHOOK_ALLOW_PRIVATE_NETWORKS: '1',
+    MAX_JSON_BYTES: '1024',
+    RATE_LIMIT_PER_SECOND: '5',
+    RATE_LIMIT_BURST: '9',
+    LOG_LEVEL: 'debug',
+  })
+  expect(c).toMatchObject({
+    port: 3000,
+    host: '127.0.0.1',
+    basePath: '/api',
+    databaseUrl: 'postgresql://u:p@db:5432/app',
+    redisUrl: 'rediss://cache:6380',
+    tls: { certFile: '/tls/cert.pem', keyFile: '/tls/key.pem' },
+    webhookRetryDelaysMs: [10, 20],
+    webhookAllowHttp: true,
+    webhookAllowPrivateNetworks: true,
+    maxJsonBytes: 1024,
+    rateLimit: { perSecond: 5, burst: 9 },
+    logLevel: 'debug',
+  })
+})
+
+test.each([
+  ['PORT', { PORT: 'abc' }],
+  ['PORT', { PORT: '70000' }],
+  ['PORT', { PORT: '-1' }],
+  ['PORT', { PORT: '80.5' }],
+  ['DATABASE_URL', { DATABASE_URL: 'mysql://x' }],
+  ['DATABASE_URL', { DATABASE_URL: 'localhost:5432' }],
+  ['REDIS_URL', { REDIS_URL: 'http://cache:6379' }],
+  ['LOG_LEVEL', { LOG_LEVEL: 'loud' }],
+  ['LOG_LEVEL', { LOG_LEVEL: 'INFO' }],
+  ['TLS_KEY_FILE', { TLS_CERT_FILE: '/tls/cert.pem' }],
+  ['TLS_CERT_FILE', { TLS_KEY_FILE: '/tls/key.pem' }],
+  ['WEBHOOK_RETRY_DELAYS_MS', { WEBHOOK_RETRY_DELAYS_MS: '1,x' }],
+  ['WEBHOOK_RETRY_DELAYS_MS', { WEBHOOK_RETRY_DELAYS_MS: '1,,2' }],
+  ['WEBHOOK_ALLOW_HTTP', { WEBHOOK_ALLOW_HTTP: 'yes' }],
+  ['BASE_PATH', { BASE_PATH: 'api' }],
+  ['BASE_PATH', { BASE_PATH: '/api/' }],
+  ['BOOTSTRAP_API_KEY', { BOOTSTRAP_API_KEY: 'short' }],
+  ['SECRET_KEY', { SECRET_KEY: 'too-short' }],
+  ['MAX_JSON_BYTES', { MAX_JSON_BYTES: '0' }],
+  ['RATE_LIMIT_BURST', { RATE_LIMIT_BURST: '0' }],
+  ['DATABASE_POOL_MAX', { DATABASE_POOL_MAX: '0' }],
+  ['SYNC_RUN_TIMEOUT_MS', { SYNC_RUN_TIMEOUT_MS: '1s' }],
+])('a bad %s stops with a ConfigError naming it: %j', (variable, env) => {
+  const err = failure(env)
+  expect(err).toBeInstanceOf(ConfigError)
+  expect(err.variable).toBe(variable)
+  expect(err.message).toContain(variable)
+})
+
+test('the first bad variable is named even when good ones surround it', () => {
+  const err = failure({ HOST: '127.0.0.1', PORT: 'abc', LOG_LEVEL: 'warn' })
+  expect(err.variable).toBe('PORT')
+  expect(err.message).toContain('"abc"')
+})
