@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs'
 import { buildApp } from './app'
-import { closeDeps, createLogger, openDeps } from './boot'
+import { closeDeps, createLogger, flushLogs, openDeps } from './boot'
 import { ConfigError, loadConfig } from './config'
 import { DataDirLockedError } from './store/db'
 
@@ -12,7 +12,7 @@ async function main() {
   } catch (err) {
     if (err instanceof ConfigError) {
       console.error(err.message)
-      process.exit(2)
+      exit(2)
     }
     throw err
   }
@@ -23,17 +23,17 @@ async function main() {
   } catch (err) {
     if (err instanceof DataDirLockedError) {
       log.fatal(err.message)
-      process.exit(3)
+      exit(3)
     }
     log.fatal({ err }, 'start-up failed')
-    process.exit(1)
+    exit(1)
   }
   let boot
   try {
     boot = await deps.apiKeys.bootstrap(config.bootstrapApiKey)
   } catch (err) {
     log.fatal({ err }, 'could not create the root API key')
-    process.exit(1)
+    exit(1)
   }
   if (boot.created && boot.key) {
     // Printed once, on first start only: the key is stored as a hash and cannot be shown again.
@@ -58,6 +58,8 @@ async function main() {
     { url: `${scheme}://${config.host}:${server.port}${config.basePath}/v1`, database: deps.db.describe, redis: deps.redis.kind === 'redis' ? 'redis' : 'in-process' },
     `listening on ${scheme}://${config.host}:${server.port}`,
   )
+  // Start-up lines are written at once; request lines are buffered (see createLogger).
+  flushLogs()
 
   let stopping = false
   const shutdown = async (signal: string) => {
@@ -66,21 +68,27 @@ async function main() {
     log.info({ signal }, 'shutting down: no new connections, finishing requests in flight')
     const force = setTimeout(() => {
       log.error('shutdown timed out; exiting')
-      process.exit(1)
+      exit(1)
     }, config.shutdownTimeoutMs)
     force.unref()
     try {
       await server.stop(false)
       await closeDeps(deps)
       log.info('stopped')
-      process.exit(0)
+      exit(0)
     } catch (err) {
       log.error({ err }, 'shutdown failed')
-      process.exit(1)
+      exit(1)
     }
   }
   process.on('SIGTERM', () => void shutdown('SIGTERM'))
   process.on('SIGINT', () => void shutdown('SIGINT'))
+}
+
+/** Exits after the buffered log lines are written. */
+function exit(code: number): never {
+  flushLogs()
+  process.exit(code)
 }
 
 await main()

@@ -13,12 +13,23 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120],
     registers: [registry],
   })
+  // prom-client hashes the label object on every call; the children for one label set are cached
+  // instead (a few hundred route x status pairs at most).
+  const children = new Map<string, { count: () => void; time: (s: number) => void }>()
   return {
     registry,
     observe(method: string, route: string, status: number, seconds: number) {
-      const labels = { method, route, status: String(status) }
-      requests.inc(labels)
-      duration.observe(labels, seconds)
+      const key = `${method} ${route} ${status}`
+      let child = children.get(key)
+      if (!child) {
+        const labels = { method, route, status: String(status) }
+        const counter = requests.labels(labels)
+        const histogram = duration.labels(labels)
+        child = { count: () => counter.inc(), time: (s) => histogram.observe(s) }
+        children.set(key, child)
+      }
+      child.count()
+      child.time(seconds)
     },
     text: () => registry.metrics(),
     contentType: registry.contentType,

@@ -28,9 +28,9 @@ export async function authenticateRequest(
   state.caller = await deps.apiKeys.authenticate(m[1]!)
   const { perSecond, burst } = deps.config.rateLimit
   const r = await deps.redis.take(`key:${state.caller.keyId}`, { capacity: burst, refillPerSecond: perSecond })
-  set.headers['ratelimit-limit'] = burst
-  set.headers['ratelimit-remaining'] = r.remaining
-  set.headers['ratelimit-reset'] = Math.ceil(r.resetMs / 1000)
+  set.headers['ratelimit-limit'] = String(burst)
+  set.headers['ratelimit-remaining'] = String(r.remaining)
+  set.headers['ratelimit-reset'] = String(Math.ceil(r.resetMs / 1000))
   set.headers['ratelimit-policy'] = `${burst};w=${Math.ceil(burst / perSecond)}`
   if (!r.allowed) {
     const retry = String(Math.max(1, Math.ceil(r.retryAfterMs / 1000)))

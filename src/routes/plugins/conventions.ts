@@ -4,7 +4,7 @@ import { AppError, errorBody, type ErrorDetail } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { authenticateRequest } from './auth'
 import { completeIdempotency } from './idempotency'
-import { initState, pathOf, stateOf } from './request-state'
+import { initState, pathOf, stateOf, type RequestState } from './request-state'
 
 const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json\b/i
@@ -26,22 +26,29 @@ export function conventions(deps: Deps) {
   }
   if (config.tls) security['strict-transport-security'] = 'max-age=31536000; includeSubDomains'
 
-  /** The one exit of every JSON answer, success or error. */
-  async function finish(
+  /**
+   * The one exit of every JSON answer, success or error. Synchronous unless an idempotency record
+   * must be completed, so the common path costs no extra promise.
+   */
+  function finish(
     request: Request,
-    set: { headers: Record<string, string | number>; status?: number | string },
+    set: { headers: Record<string, string | number> },
     status: number,
     body: unknown,
     route: string,
     extraHeaders?: Record<string, string>,
-  ): Promise<Response> {
+  ): Response | Promise<Response> {
     const state = stateOf(request)
     const text = JSON.stringify(body)
-    const headers: Record<string, string> = {}
-    for (const [k, v] of Object.entries(set.headers)) headers[k] = String(v)
+    // set.headers belongs to this request alone; it becomes the response's headers as it is.
+    const headers = set.headers as Record<string, string>
     headers['content-type'] = 'application/json'
     if (extraHeaders) Object.assign(headers, extraHeaders)
-    if (state.idem) await completeIdempotency(deps.redis, state, status, text, headers, log)
+    if (!state.idem) return respond(request, state, route, status, text, headers)
+    return completeIdempotency(deps.redis, state, status, text, headers, log).then(() => respond(request, state, route, status, text, headers))
+  }
+
+  function respond(request: Request, state: RequestState, route: string, status: number, text: string, headers: Record<string, string>) {
     const seconds = (performance.now() - state.start) / 1000
     metrics.observe(request.method, route, status, seconds)
     if (status >= 500) log.error({ request_id: state.id, method: request.method, path: state.path, status }, 'request failed')
