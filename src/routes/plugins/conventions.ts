@@ -25,6 +25,9 @@ export function conventions(deps: Deps) {
     'cache-control': 'no-store',
   }
   if (config.tls) security['strict-transport-security'] = 'max-age=31536000; includeSubDomains'
+  // The reference page at /docs loads its script and styles; every other answer is data only.
+  const docsSecurity = { ...security }
+  security['content-security-policy'] = "default-src 'none'; frame-ancestors 'none'"
 
   /**
    * The one exit of every JSON answer, success or error. Synchronous unless an idempotency record
@@ -61,13 +64,14 @@ export function conventions(deps: Deps) {
       const incoming = request.headers.get('x-request-id')
       const id = incoming && CLIENT_REQUEST_ID.test(incoming) ? incoming : newId('req')
       const state = initState(request, id, pathOf(request.url))
-      Object.assign(set.headers, security)
+      Object.assign(set.headers, state.path.startsWith('/docs') ? docsSecurity : security)
       set.headers['x-request-id'] = id
-      if (!state.path.startsWith('/docs')) set.headers['content-security-policy'] = "default-src 'none'; frame-ancestors 'none'"
-      const length = Number(request.headers.get('content-length') ?? 0)
-      const form = FORM_TYPE.test(request.headers.get('content-type') ?? '')
-      const limit = form ? config.maxUploadBytes + 65_536 : config.maxJsonBytes
-      if (length > limit) throw tooLarge(limit)
+      if (request.method !== 'GET' && request.method !== 'HEAD') {
+        const length = Number(request.headers.get('content-length') ?? 0)
+        const form = FORM_TYPE.test(request.headers.get('content-type') ?? '')
+        const limit = form ? config.maxUploadBytes + 65_536 : config.maxJsonBytes
+        if (length > limit) throw tooLarge(limit)
+      }
       if (state.path.startsWith(apiPrefix)) await authenticateRequest(deps, request, state, set)
     })
     .onParse({ as: 'global' }, async ({ request, contentType }) => {
