@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { sha256Hex } from '../../src/lib/crypto'
 import { keyFor, startHarness, waitFor, workspaceOf, type Answer, type Harness } from '../helpers/harness'
+import { holdWorkspaceInserts } from '../helpers/locks'
 
 let h: Harness
 let small: Harness
@@ -274,25 +275,14 @@ describe('idempotency errors', () => {
     expect((await h.call('GET', '/v1/workspaces?limit=1')).status).toBe(200)
     const caller = await h.deps.apiKeys.authenticate(h.rootKey)
     const record = `idem:${caller.keyId}:${sha256Hex(key)}`
-    let release!: () => void
-    const released = new Promise<void>((r) => (release = r))
-    let locked!: () => void
-    const isLocked = new Promise<void>((r) => (locked = r))
-    // Inserts into workspaces wait for this lock (and on PGlite for the one connection it holds).
-    const holder = h.deps.db.sql.begin(async (tx) => {
-      await tx`lock table workspaces in share row exclusive mode`
-      locked()
-      await released
-    })
-    await isLocked
+    const hold = await holdWorkspaceInserts(h)
     const first = h.call('POST', '/v1/workspaces', { body: { name: 'In flight' }, headers: { 'idempotency-key': key } })
     try {
       await waitFor(async () => (await h.deps.redis.get(record))?.includes('pending'), { what: 'the first request to hold its key' })
       const second = await h.call('POST', '/v1/workspaces', { body: { name: 'In flight' }, headers: { 'idempotency-key': key } })
       expectError(second, 409, 'idempotency_key_in_use')
     } finally {
-      release()
-      await holder
+      await hold.release()
     }
     expect((await first).status).toBe(201)
   })

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { sha256Hex } from '../../src/lib/crypto'
 import { keyFor, startHarness, waitFor, workspaceOf, type Answer, type CallOptions, type Harness } from '../helpers/harness'
+import { holdWorkspaceInserts } from '../helpers/locks'
 
 let h: Harness
 let alice: string
@@ -29,30 +30,6 @@ function expectCode(res: Answer, status: number, code: string) {
   expect({ status: res.status, code: res.body?.error?.code }).toEqual({ status, code })
   expect(res.headers.get('idempotent-replayed')).toBeNull()
   expect(res.headers.get('x-request-id')).toBe(res.body.request_id)
-}
-
-/**
- * Holds inserts into workspaces until `release` is called: a transaction takes a lock that conflicts
- * with INSERT. On the embedded default that transaction also holds the one connection, so the held
- * request waits for the pool instead; either way it is in flight, past its Idempotency-Key.
- */
-async function holdWorkspaceInserts(): Promise<{ release: () => Promise<void> }> {
-  let release!: () => void
-  const released = new Promise<void>((r) => (release = r))
-  let locked!: () => void
-  const isLocked = new Promise<void>((r) => (locked = r))
-  const holder = h.deps.db.sql.begin(async (tx) => {
-    await tx`lock table workspaces in share row exclusive mode`
-    locked()
-    await released
-  })
-  await isLocked
-  return {
-    async release() {
-      release()
-      await holder
-    },
-  }
 }
 
 describe('422 idempotency_key_reused', () => {
@@ -102,7 +79,7 @@ describe('409 idempotency_key_in_use', () => {
     // Warm the key cache: the held request then needs the database only for its insert.
     expect((await h.call('GET', '/v1/workspaces?limit=1', { key: alice })).status).toBe(200)
     const record = await recordOf(alice, idemKey)
-    const hold = await holdWorkspaceInserts()
+    const hold = await holdWorkspaceInserts(h)
     let first: Promise<Answer> | undefined
     try {
       first = send()
@@ -125,7 +102,7 @@ describe('409 idempotency_key_in_use', () => {
 
   test('concurrent requests with one key: exactly one executes, the others are 409', async () => {
     const idemKey = 'stampede'
-    const hold = await holdWorkspaceInserts()
+    const hold = await holdWorkspaceInserts(h)
     let settled = 0
     let pending: Promise<Answer>[] = []
     try {
