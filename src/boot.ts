@@ -10,8 +10,8 @@ import { openRedis, type RedisPort } from './store/redis'
 let destination: ReturnType<typeof pino.destination> | null = null
 
 /**
- * JSON logs on stdout. Writes are buffered (flushed every 250 ms and at 4 KiB): a synchronous write per
- * access-log line cost a quarter of the throughput of a cheap route (bench/README.md).
+ * JSON logs on stdout, buffered (flushed every 250 ms, at 4 KiB, after start-up and before exit) so
+ * that a busy process does not make one write system call per line.
  */
 export function createLogger(level: string): Logger {
   if (!destination && level !== 'silent') {
@@ -28,6 +28,29 @@ export function createLogger(level: string): Logger {
     },
     destination ?? undefined,
   )
+}
+
+export interface AccessEntry {
+  request_id: string
+  method: string
+  path: string
+  route: string
+  status: number
+  ms: number
+}
+
+/**
+ * The access log: one JSON line per request in pino's own format, written straight to the same
+ * buffered destination. Through pino each line cost ~7.5 µs (its serialiser and redaction) against
+ * ~2 µs here, which at LOG_LEVEL=info was a third of a cheap route's CPU (bench/README.md). The fields
+ * are fixed and hold no secret, so there is nothing to redact.
+ */
+export function createAccessLog(log: Logger): (entry: AccessEntry) => void {
+  const dest = destination
+  if (!dest || !log.isLevelEnabled('info')) return () => {}
+  return (entry) => {
+    dest.write(`${JSON.stringify({ level: 30, time: new Date().toISOString(), service: 'agent-platform-api', ...entry, msg: 'request' })}\n`)
+  }
 }
 
 /** Writes out buffered log lines; call before process.exit. */
@@ -50,7 +73,7 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
     await redis.ping()
     const apiKeys = new ApiKeys(db.sql, redis)
     await apiKeys.start()
-    return { config, db, redis, log, apiKeys, metrics: createMetrics({ defaults: opts.defaultMetrics }) }
+    return { config, db, redis, log, access: createAccessLog(log), apiKeys, metrics: createMetrics({ defaults: opts.defaultMetrics }) }
   } catch (err) {
     if (!opts.db) await db.close().catch(() => {})
     throw err

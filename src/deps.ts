@@ -1,4 +1,5 @@
 import type { Logger } from 'pino'
+import type { AccessEntry } from './boot'
 import type { Config } from './config'
 import type { ApiKeys } from './domain/api-keys'
 import type { Metrics } from './lib/metrics'
@@ -11,6 +12,8 @@ export interface Deps {
   db: Database
   redis: RedisPort
   log: Logger
+  /** One line per request (a no-op below LOG_LEVEL=info). */
+  access: (entry: AccessEntry) => void
   apiKeys: ApiKeys
   metrics: Metrics
 }

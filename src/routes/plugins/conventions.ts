@@ -63,7 +63,7 @@ export function conventions(deps: Deps) {
     const seconds = (performance.now() - state.start) / 1000
     metrics.observe(request.method, route, status, seconds)
     if (status >= 500) log.error({ request_id: state.id, method: request.method, path: state.path, status }, 'request failed')
-    else log.info({ request_id: state.id, method: request.method, path: state.path, route, status, ms: Math.round(seconds * 10000) / 10 }, 'request')
+    else deps.access({ request_id: state.id, method: request.method, path: state.path, route, status, ms: Math.round(seconds * 10000) / 10 })
     const response = new Response(text, { status, headers })
     // Everything is in the Response now. Left in `set`, the headers would make Elysia copy it into a
     // second Response, merging them again: a third of /healthz's CPU (bench/README.md).
@@ -121,7 +121,8 @@ export function conventions(deps: Deps) {
         log.error({ request_id: stateOf(request).id, err: error }, 'unhandled error')
         err = new AppError('internal_error', 'internal error; quote the request_id when reporting it')
       }
-      return finish(request, set, err.status, errorBody(stateOf(request).id, err), route || 'unmatched', err.extra.headers)
+      // No route: refused before routing (authentication, rate limit, size) or no route matched.
+      return finish(request, set, err.status, errorBody(stateOf(request).id, err), route || 'unrouted', err.extra.headers)
     })
     .mapResponse({ as: 'global' }, ({ response, request, set, route }) => {
       // Only plain objects are ours to serialise; Responses, static handlers and text pass through.
