@@ -217,30 +217,20 @@ function report() {
     })
   a(m.healthz!, LOG_LEVEL)
   b(m.get_workspace!, LOG_LEVEL)
-  const key = m.post_idempotent!
-  const plain = m.post_plain!
-  const delta = Math.round((key.p50 - plain.p50) * 1000) / 1000
-  figures.push({
-    figure: `(c) POST /v1/workspaces + Idempotency-Key [${LOG_LEVEL}]`,
-    subject: rate(key),
-    ceiling: `no key ${rate(plain)}`,
-    ratio: `p50 ${delta >= 0 ? '+' : ''}${delta} ms, rate ${pct(key.rps, plain.rps)}`,
-    target: '< +1 ms at p50',
-    pass: valid(key, plain) && delta < 1,
-    cpu_per_request: cpu(key, plain),
-  })
-  const key1 = m.post_idempotent_c1!
-  const plain1 = m.post_plain_c1!
-  const delta1 = Math.round((key1.p50 - plain1.p50) * 1000) / 1000
-  figures.push({
-    figure: '(c) the same, 1 connection (no queue)',
-    subject: rate(key1),
-    ceiling: `no key ${rate(plain1)}`,
-    ratio: `p50 ${delta1 >= 0 ? '+' : ''}${delta1} ms, rate ${pct(key1.rps, plain1.rps)}`,
-    target: '< +1 ms at p50',
-    pass: valid(key1, plain1) && delta1 < 1,
-    cpu_per_request: cpu(key1, plain1),
-  })
+  const c = (key: Measurement, plain: Measurement, figure: string) => {
+    const delta = Math.round((key.p50 - plain.p50) * 1000) / 1000
+    figures.push({
+      figure,
+      subject: rate(key),
+      ceiling: `no key ${rate(plain)}`,
+      ratio: `p50 ${delta >= 0 ? '+' : ''}${delta} ms, rate ${pct(key.rps, plain.rps)}`,
+      target: '< +1 ms at p50',
+      pass: valid(key, plain) && delta < 1,
+      cpu_per_request: cpu(key, plain),
+    })
+  }
+  c(m.post_idempotent!, m.post_plain!, `(c) POST /v1/workspaces + Idempotency-Key [${LOG_LEVEL}]`)
+  c(m.post_idempotent_c1!, m.post_plain_c1!, '(c) the same, 1 connection (no queue)')
   if (m.healthz_info) a(m.healthz_info, 'info')
   if (m.get_workspace_info) b(m.get_workspace_info, 'info')
 
