@@ -1,5 +1,4 @@
 import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs'
-import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import postgres from 'postgres'
 
@@ -45,7 +44,7 @@ export interface EmbeddedOptions {
 }
 
 /**
- * Embedded default: PGlite with pgvector, served on a private Unix socket so that postgres.js is the only
+ * Embedded default: PGlite with pgvector, served on a loopback port so that postgres.js is the only
  * driver. One connection (`max: 1`): PGlite is a single session, and the socket server's multiplexer
  * breaks when several connections interleave prepared statements.
  */
@@ -65,12 +64,10 @@ export async function openEmbedded(opts: EmbeddedOptions): Promise<Database> {
   }
   try {
     const db = await PGlite.create({ dataDir: pgDir, loadDataDir: opts.loadDataDir, extensions: { vector } })
-    // A Unix socket rather than loopback TCP: +20 % queries/s for the same PGlite (bench/README.md).
-    // Named by pid and a random suffix in the temp dir (socket paths are limited to 107 bytes).
-    const socketPath = join(tmpdir(), `ap-pglite-${process.pid}-${Math.random().toString(36).slice(2, 10)}.sock`)
-    const server = new PGLiteSocketServer({ db, path: socketPath })
+    const server = new PGLiteSocketServer({ db, port: 0, host: '127.0.0.1' })
     await server.start()
-    const sql = postgres({ ...common, path: socketPath, username: 'postgres', database: 'postgres', max: 1 })
+    const [host, port] = server.getServerConn().split(':')
+    const sql = postgres({ ...common, host, port: Number(port), username: 'postgres', database: 'postgres', max: 1 })
     return {
       sql,
       kind: 'pglite',
@@ -80,7 +77,6 @@ export async function openEmbedded(opts: EmbeddedOptions): Promise<Database> {
         await sql.end({ timeout: 5 })
         await server.stop()
         await db.close()
-        rmSync(socketPath, { force: true })
         release()
       },
     }
