@@ -144,17 +144,21 @@ describe('role matrix (CONTRACT 3)', () => {
     const { s, key } = await scene(role)
     await action.setup?.(s)
     const before = await snapshot(s.id)
-    const res = await action.call(s, key)
-    if (allowed) {
-      expect(res.status).toBeGreaterThanOrEqual(200)
-      expect(res.status).toBeLessThan(300)
-      expect(await action.done(s, await snapshot(s.id), res)).toBe(true)
-    } else {
-      expect({ status: res.status, code: res.body.error?.code }).toEqual({ status: 403, code: 'forbidden' })
-      expect(await snapshot(s.id)).toEqual(before)
-    }
+    await expectOutcome(action, s, before, await action.call(s, key), allowed)
   })
 })
+
+/** Allowed: a 2xx whose effect is visible. Refused: 403 forbidden, and the workspace unchanged. */
+async function expectOutcome(action: (typeof actions)[number], s: Parameters<(typeof actions)[number]['call']>[0], before: Awaited<ReturnType<typeof snapshot>>, res: Answer, allowed: boolean) {
+  if (allowed) {
+    expect(res.status).toBeGreaterThanOrEqual(200)
+    expect(res.status).toBeLessThan(300)
+    expect(await action.done(s, await snapshot(s.id), res)).toBe(true)
+  } else {
+    expect({ status: res.status, code: res.body.error?.code }).toEqual({ status: 403, code: 'forbidden' })
+    expect(await snapshot(s.id)).toEqual(before)
+  }
+}
 
 describe('role_limit on a key caps the user\'s role', () => {
   test.each([
@@ -176,14 +180,7 @@ describe('role_limit on a key caps the user\'s role', () => {
     }
     const key = await keyFor(h, user, { role_limit: limit })
     const before = await snapshot(s.id)
-    const res = await action.call(s, key)
-    if (allowed) {
-      expect(res.status).toBeLessThan(300)
-      expect(await action.done(s, await snapshot(s.id), res)).toBe(true)
-    } else {
-      expect({ status: res.status, code: res.body.error?.code }).toEqual({ status: 403, code: 'forbidden' })
-      expect(await snapshot(s.id)).toEqual(before)
-    }
+    await expectOutcome(action, s, before, await action.call(s, key), allowed)
   })
 })
 

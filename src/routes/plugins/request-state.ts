@@ -1,4 +1,5 @@
 import type { Caller } from '../../domain/access'
+import { newId } from '../../lib/ids'
 
 /** What the hooks of one request share: kept on the Request, gone with it. */
 export interface RequestState {
@@ -27,7 +28,7 @@ export function stateOf(request: Request): RequestState {
   let state = (request as WithState)[STATE]
   if (!state) {
     // Only reachable if a hook runs before onRequest (it should not); answer with a fresh id anyway.
-    state = initState(request, `req_${crypto.randomUUID()}`, pathOf(request.url))
+    state = initState(request, newId('req'), pathOf(request.url))
   }
   return state
 }
