@@ -1,0 +1,16 @@
+import type { AnyStateMachine } from 'xstate'
+import { DELIVERY_MACHINE_VERSION, deliveryMachine } from './webhook-delivery.machine'
+
+/**
+ * Every state machine of the service, for `GET /v1/machines` and `bun run diagrams`
+ * (docs/machines/<name>.md). Later machines (runs, documents) are added here.
+ */
+export interface MachineEntry {
+  /** URL and file name: kebab-case, the machine's own id. */
+  name: string
+  machine: AnyStateMachine
+  /** Stored beside every persisted snapshot; bumped when a change would misread old snapshots. */
+  version: number
+}
+
+export const machines: readonly MachineEntry[] = [{ name: 'webhook-delivery', machine: deliveryMachine, version: DELIVERY_MACHINE_VERSION }]
