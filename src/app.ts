@@ -4,6 +4,7 @@ import { apiKeyRoutes } from './routes/api-keys'
 import { docsRoutes } from './routes/docs'
 import { opsRoutes } from './routes/ops'
 import { conventions } from './routes/plugins/conventions'
+import { webhookRoutes } from './routes/webhooks'
 import { workspaceRoutes } from './routes/workspaces'
 
 const documentation = {
@@ -20,6 +21,7 @@ const documentation = {
     { name: 'workspaces', description: 'Workspaces, archive and restore, ownership transfer' },
     { name: 'members', description: 'Workspace members and their roles' },
     { name: 'api-keys', description: 'Issuing, listing and revoking API keys' },
+    { name: 'webhooks', description: 'Signed event delivery to HTTPS receivers, delivery records and redelivery' },
     { name: 'operations', description: 'Health, readiness and metrics (no authentication)' },
   ],
 }
@@ -33,7 +35,7 @@ export function buildApp(deps: Deps) {
     .use(conventions(deps))
     .use(docsRoutes(documentation))
     .use(opsRoutes(deps))
-    .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)))
+    .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(webhookRoutes(deps)))
   return app
 }
 

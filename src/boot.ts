@@ -3,9 +3,11 @@ import type { Config } from './config'
 import type { Deps } from './deps'
 import { ApiKeys } from './domain/api-keys'
 import { createMetrics } from './lib/metrics'
+import { loadSecretKey, SecretBox } from './lib/secret-box'
 import { openEmbedded, openPostgres, type Database } from './store/db'
 import { migrate } from './store/migrate'
 import { openRedis, type RedisPort } from './store/redis'
+import { Timers } from './workers/timers'
 
 let destination: ReturnType<typeof pino.destination> | null = null
 
@@ -71,9 +73,22 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
     await migrate(db.sql)
     const redis = opts.redis ?? openRedis(config.redisUrl)
     await redis.ping()
+    const secret = loadSecretKey(config.secretKey, config.dataDir)
+    if (secret.generated) log.info({ file: secret.file }, 'SECRET_KEY is unset: generated one (keep this file; every process of a deployment must share it)')
     const apiKeys = new ApiKeys(db.sql, redis)
     await apiKeys.start()
-    return { config, db, redis, log, access: createAccessLog(log), apiKeys, metrics: createMetrics({ defaults: opts.defaultMetrics }) }
+    return {
+      config,
+      db,
+      redis,
+      log,
+      access: createAccessLog(log),
+      apiKeys,
+      metrics: createMetrics({ defaults: opts.defaultMetrics }),
+      secretBox: new SecretBox(secret.key),
+      timers: new Timers(redis),
+      events: { nudge: () => {} },
+    }
   } catch (err) {
     if (!opts.db) await db.close().catch(() => {})
     throw err

@@ -24,6 +24,7 @@ const Env = Type.Object({
   SYNC_RUN_TIMEOUT_MS: Type.Optional(Int()),
   WEBHOOK_RETRY_DELAYS_MS: Type.Optional(Type.String({ pattern: '^[0-9]+(,[0-9]+)*$' })),
   WEBHOOK_TIMEOUT_MS: Type.Optional(Int()),
+  WEBHOOK_DISABLE_AFTER_MS: Type.Optional(Int()),
   WEBHOOK_ALLOW_HTTP: Type.Optional(Bool),
   WEBHOOK_ALLOW_PRIVATE_NETWORKS: Type.Optional(Bool),
   MAX_UPLOAD_BYTES: Type.Optional(Int()),
@@ -53,6 +54,7 @@ export interface Config {
   syncRunTimeoutMs: number
   webhookRetryDelaysMs: number[]
   webhookTimeoutMs: number
+  webhookDisableAfterMs: number
   webhookAllowHttp: boolean
   webhookAllowPrivateNetworks: boolean
   maxUploadBytes: number
@@ -106,7 +108,9 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     tls: env.TLS_CERT_FILE && env.TLS_KEY_FILE ? { certFile: env.TLS_CERT_FILE, keyFile: env.TLS_KEY_FILE } : null,
     syncRunTimeoutMs: int('SYNC_RUN_TIMEOUT_MS', 120_000, 1),
     webhookRetryDelaysMs: (env.WEBHOOK_RETRY_DELAYS_MS ?? '30000,60000,300000,1800000,7200000').split(',').map(Number),
-    webhookTimeoutMs: int('WEBHOOK_TIMEOUT_MS', 10_000, 1),
+    webhookTimeoutMs: int('WEBHOOK_TIMEOUT_MS', 10_000, 1, 600_000),
+    // Five days of nothing but failed deliveries disables a webhook (Stripe's and Svix's rule).
+    webhookDisableAfterMs: int('WEBHOOK_DISABLE_AFTER_MS', 432_000_000, 1, 2_000_000_000),
     webhookAllowHttp: bool(env.WEBHOOK_ALLOW_HTTP),
     webhookAllowPrivateNetworks: bool(env.WEBHOOK_ALLOW_PRIVATE_NETWORKS),
     maxUploadBytes: int('MAX_UPLOAD_BYTES', 52_428_800, 1),

@@ -4,7 +4,9 @@ import type { Config } from './config'
 import type { ApiKeys } from './domain/api-keys'
 import type { Metrics } from './lib/metrics'
 import type { Database } from './store/db'
+import type { SecretBox } from './lib/secret-box'
 import type { RedisPort } from './store/redis'
+import type { Timers } from './workers/timers'
 
 /** Everything a request may need, built once at start-up (main.ts) or per test file. */
 export interface Deps {
@@ -16,4 +18,10 @@ export interface Deps {
   access: (entry: AccessEntry) => void
   apiKeys: ApiKeys
   metrics: Metrics
+  /** Seals and opens secrets kept at rest (webhook secrets). */
+  secretBox: SecretBox
+  /** Durable timers in Redis (webhook retries, later run waits). */
+  timers: Timers
+  /** `nudge()` after committing outbox events wakes this process' fan-out worker, if it runs one. */
+  events: { nudge: () => void }
 }

@@ -2,10 +2,16 @@ import { readFileSync } from 'node:fs'
 import { buildApp } from './app'
 import { closeDeps, createLogger, flushLogs, openDeps } from './boot'
 import { ConfigError, loadConfig } from './config'
+import type { Deps } from './deps'
 import { DataDirLockedError } from './store/db'
+import { startWorkers } from './workers'
 
-/** Boot: config, store, Redis, app.listen, graceful shutdown. */
+/**
+ * Boot: config, store, Redis, app.listen, workers, graceful shutdown. `bun run src/main.ts worker`
+ * (`bun run worker`) runs the workers only, for deployments that scale them apart from the API.
+ */
 async function main() {
+  const serveHttp = process.argv[2] !== 'worker'
   let config
   try {
     config = loadConfig()
@@ -28,6 +34,50 @@ async function main() {
     log.fatal({ err }, 'start-up failed')
     exit(1)
   }
+  if (serveHttp) await bootstrapRootKey(deps)
+  if (deps.redis.kind === 'memory') {
+    log.warn('REDIS_URL is unset: using the in-process Redis stand-in (single process only)')
+  }
+  let server: ReturnType<typeof listen> | null = null
+  if (serveHttp) server = listen(deps)
+  let workers
+  try {
+    workers = await startWorkers(deps)
+  } catch (err) {
+    log.fatal({ err }, 'could not start the workers')
+    exit(1)
+  }
+  if (!serveHttp) log.info({ database: deps.db.describe, redis: deps.redis.kind === 'redis' ? 'redis' : 'in-process' }, 'workers running (no HTTP)')
+  // Start-up lines are written at once; request lines are buffered (see createLogger).
+  flushLogs()
+
+  let stopping = false
+  const shutdown = async (signal: string) => {
+    if (stopping) return
+    stopping = true
+    log.info({ signal }, 'shutting down: no new connections, finishing requests and deliveries in flight')
+    const force = setTimeout(() => {
+      log.error('shutdown timed out; exiting')
+      exit(1)
+    }, config.shutdownTimeoutMs)
+    force.unref()
+    try {
+      await server?.stop(false)
+      await workers.stop()
+      await closeDeps(deps)
+      log.info('stopped')
+      exit(0)
+    } catch (err) {
+      log.error({ err }, 'shutdown failed')
+      exit(1)
+    }
+  }
+  process.on('SIGTERM', () => void shutdown('SIGTERM'))
+  process.on('SIGINT', () => void shutdown('SIGINT'))
+}
+
+async function bootstrapRootKey(deps: Deps) {
+  const { config, log } = deps
   let boot
   try {
     boot = await deps.apiKeys.bootstrap(config.bootstrapApiKey)
@@ -41,10 +91,10 @@ async function main() {
   } else if (boot.created) {
     log.info('root API key created from BOOTSTRAP_API_KEY')
   }
-  if (deps.redis.kind === 'memory') {
-    log.warn('REDIS_URL is unset: using the in-process Redis stand-in (single process only)')
-  }
+}
 
+function listen(deps: Deps) {
+  const { config, log } = deps
   const app = buildApp(deps)
   app.listen({
     port: config.port,
@@ -58,31 +108,7 @@ async function main() {
     { url: `${scheme}://${config.host}:${server.port}${config.basePath}/v1`, database: deps.db.describe, redis: deps.redis.kind === 'redis' ? 'redis' : 'in-process' },
     `listening on ${scheme}://${config.host}:${server.port}`,
   )
-  // Start-up lines are written at once; request lines are buffered (see createLogger).
-  flushLogs()
-
-  let stopping = false
-  const shutdown = async (signal: string) => {
-    if (stopping) return
-    stopping = true
-    log.info({ signal }, 'shutting down: no new connections, finishing requests in flight')
-    const force = setTimeout(() => {
-      log.error('shutdown timed out; exiting')
-      exit(1)
-    }, config.shutdownTimeoutMs)
-    force.unref()
-    try {
-      await server.stop(false)
-      await closeDeps(deps)
-      log.info('stopped')
-      exit(0)
-    } catch (err) {
-      log.error({ err }, 'shutdown failed')
-      exit(1)
-    }
-  }
-  process.on('SIGTERM', () => void shutdown('SIGTERM'))
-  process.on('SIGINT', () => void shutdown('SIGINT'))
+  return server
 }
 
 /** Exits after the buffered log lines are written. */

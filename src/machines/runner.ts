@@ -41,6 +41,6 @@ export function advance<M extends AnyStateMachine, TEffect>(
 ): Step<SnapshotFrom<M>['context'], TEffect> | null {
   const snapshot = machine.resolveState({ value: persisted.value, context: persisted.context })
   if (!snapshot.can(event)) return null
-  const [next, actions] = transition(machine, snapshot, event)
+  const [next, actions] = transition(machine, snapshot as SnapshotFrom<M>, event)
   return toStep(next, actions)
 }

@@ -33,3 +33,12 @@ export async function markEventsDispatched(tx: Tx, ids: string[]): Promise<void>
   if (ids.length === 0) return
   await tx`update events set dispatched_at = now() where id in ${tx(ids)}`
 }
+
+/** Retention: outbox rows dispatched before `before` (their deliveries keep a copy of the data). */
+export async function deleteDispatchedEvents(sql: Sql, before: Date, limit: number): Promise<number> {
+  const rows = await sql`
+    delete from events where id in (
+      select id from events where dispatched_at is not null and dispatched_at < ${before} limit ${limit})
+    returning id`
+  return rows.length
+}

@@ -45,7 +45,7 @@ export interface Harness {
  */
 export async function startHarness(env: Record<string, string> = {}): Promise<Harness> {
   const rootKey = generateKey()
-  const config: Config = loadConfig({ LOG_LEVEL: 'silent', BOOTSTRAP_API_KEY: rootKey, ...env })
+  const config: Config = loadConfig({ LOG_LEVEL: 'silent', BOOTSTRAP_API_KEY: rootKey, SECRET_KEY: generateKey(), ...env })
   const db = await freshDatabase()
   const redis = freshRedis()
   const deps = await openDeps(config, { db, redis, log: createLogger(config.logLevel) })

@@ -28,6 +28,7 @@ test('an empty environment gives the defaults of CONTRACT 11', () => {
     syncRunTimeoutMs: 120_000,
     webhookRetryDelaysMs: [30_000, 60_000, 300_000, 1_800_000, 7_200_000],
     webhookTimeoutMs: 10_000,
+    webhookDisableAfterMs: 432_000_000,
     webhookAllowHttp: false,
     webhookAllowPrivateNetworks: false,
     maxUploadBytes: 52_428_800,

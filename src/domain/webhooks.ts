@@ -1,0 +1,173 @@
+import type { Config } from '../config'
+import { AppError, invalid, notFound } from '../lib/errors'
+import { newId } from '../lib/ids'
+import type { ListQuery } from '../lib/lists'
+import { checkUrlShape, resolveAllowed, UnsafeUrlError, type UrlPolicy } from '../lib/net-guard'
+import type { SecretBox } from '../lib/secret-box'
+import type { Pool } from '../store/db'
+import * as deliveries from '../store/deliveries'
+import { emit } from '../store/events'
+import * as store from '../store/webhooks'
+import { findWorkspaceAccess } from '../store/workspaces'
+import { authorize, type Action, type Caller } from './access'
+import { advanceDelivery, newDelivery } from './deliveries'
+
+/** The event types of spec 6 and CONTRACT 9 a webhook may subscribe to. */
+export const EVENT_TYPES = [
+  'workflow.run.completed',
+  'workflow.run.failed',
+  'workflow.run.cancelled',
+  'agent.message.received',
+  'knowledge.document.ready',
+  'knowledge.document.failed',
+  'model.failover.triggered',
+  'credit.budget.threshold',
+  'webhook.test',
+] as const
+
+/** After a rotation the old secret keeps signing beside the new one this long (24 h). */
+export const ROTATION_OVERLAP_MS = 86_400_000
+
+export interface WebhookDeps {
+  sql: Pool
+  config: Config
+  secretBox: SecretBox
+  /** Called after commit with deliveries that need their timer (re)armed. */
+  schedule: (items: { id: string; at: Date | null }[]) => Promise<void>
+}
+
+export function urlPolicy(config: Config): UrlPolicy {
+  return { allowHttp: config.webhookAllowHttp, allowPrivate: config.webhookAllowPrivateNetworks }
+}
+
+async function checkUrl(url: string, policy: UrlPolicy): Promise<string> {
+  try {
+    const parsed = checkUrlShape(url, policy)
+    await resolveAllowed(parsed, policy)
+    return parsed.toString()
+  } catch (err) {
+    if (err instanceof UnsafeUrlError) throw invalid('url', err.message)
+    throw err
+  }
+}
+
+function checkEvents(events: string[]): string[] {
+  const unique = [...new Set(events)]
+  for (const e of unique) {
+    if (!(EVENT_TYPES as readonly string[]).includes(e)) throw invalid('events', `unknown event "${e}"; known: ${EVENT_TYPES.join(', ')}`)
+  }
+  return unique
+}
+
+/** Loads a webhook the caller may act on; one it may not see answers 404 for the webhook itself. */
+export async function loadWebhook(sql: Pool, caller: Caller, id: string, action: Action): Promise<store.WebhookRow> {
+  const row = await store.findWebhook(sql, id)
+  if (!row) throw notFound('webhook', id)
+  try {
+    authorize(caller, await findWorkspaceAccess(sql, row.workspace_id, caller.userId), action, { id: row.workspace_id })
+  } catch (err) {
+    if (err instanceof AppError && err.code === 'not_found') throw notFound('webhook', id)
+    throw err
+  }
+  return row
+}
+
+export async function registerWebhook(
+  d: WebhookDeps,
+  caller: Caller,
+  workspaceId: string,
+  input: { url: string; events: string[]; secret: string },
+): Promise<store.WebhookRow> {
+  authorize(caller, await findWorkspaceAccess(d.sql, workspaceId, caller.userId), 'build', { id: workspaceId })
+  const events = checkEvents(input.events)
+  const url = await checkUrl(input.url, urlPolicy(d.config))
+  return d.sql.begin((tx) =>
+    store.insertWebhook(tx, {
+      id: newId('whk'),
+      workspace_id: workspaceId,
+      url,
+      events,
+      secret_encrypted: d.secretBox.seal(input.secret),
+      created_by: caller.userId,
+    }),
+  )
+}
+
+export async function listWebhooks(d: WebhookDeps, caller: Caller, workspaceId: string, q: ListQuery) {
+  authorize(caller, await findWorkspaceAccess(d.sql, workspaceId, caller.userId), 'read', { id: workspaceId })
+  return store.listWebhooks(d.sql, workspaceId, q)
+}
+
+export async function updateWebhook(
+  d: WebhookDeps,
+  caller: Caller,
+  id: string,
+  input: { url?: string; events?: string[]; secret?: string; enabled?: boolean },
+): Promise<store.WebhookRow> {
+  await loadWebhook(d.sql, caller, id, 'build')
+  const patch: store.WebhookPatch = { enabled: input.enabled }
+  if (input.events !== undefined) patch.events = checkEvents(input.events)
+  if (input.url !== undefined) patch.url = await checkUrl(input.url, urlPolicy(d.config))
+  return d.sql.begin(async (tx) => {
+    const current = await store.lockWebhook(tx, id)
+    if (input.secret !== undefined && input.secret !== d.secretBox.open(current.secret_encrypted)) {
+      patch.secret = {
+        encrypted: d.secretBox.seal(input.secret),
+        previousEncrypted: current.secret_encrypted,
+        previousExpiresAt: new Date(Date.now() + ROTATION_OVERLAP_MS),
+      }
+    }
+    return store.updateWebhook(tx, id, patch)
+  })
+}
+
+export async function deleteWebhook(d: WebhookDeps, caller: Caller, id: string): Promise<store.WebhookRow> {
+  const row = await loadWebhook(d.sql, caller, id, 'build')
+  await d.sql.begin((tx) => store.deleteWebhook(tx, id))
+  return row
+}
+
+/**
+ * `webhook.test` through the normal path: an outbox event (already dispatched, to this webhook only)
+ * and a delivery whose machine and timer do the rest. Sent even to a disabled webhook: a person asked.
+ */
+export async function pingWebhook(d: WebhookDeps, caller: Caller, id: string): Promise<deliveries.DeliveryRow> {
+  const hook = await loadWebhook(d.sql, caller, id, 'build')
+  const now = Date.now()
+  const row = await d.sql.begin(async (tx) => {
+    const data = { webhook_id: hook.id, message: 'This is a test event sent by the ping endpoint.' }
+    const event = await emit(tx, hook.workspace_id, 'webhook.test', data)
+    await tx`update events set dispatched_at = now() where id = ${event.id}`
+    const delivery = newDelivery(d.config, { webhook_id: hook.id, workspace_id: hook.workspace_id, event_id: event.id, event_type: 'webhook.test', data }, { manual: true, now })
+    await deliveries.insertDeliveries(tx, [delivery])
+    return deliveries.lockDelivery(tx, hook.id, delivery.id)
+  })
+  await d.schedule([{ id: row.id, at: row.next_attempt_at }])
+  return row
+}
+
+export async function listDeliveries(d: WebhookDeps, caller: Caller, webhookId: string, q: ListQuery) {
+  await loadWebhook(d.sql, caller, webhookId, 'read')
+  return deliveries.listDeliveries(d.sql, webhookId, q)
+}
+
+export async function getDelivery(d: WebhookDeps, caller: Caller, webhookId: string, id: string) {
+  await loadWebhook(d.sql, caller, webhookId, 'read')
+  return deliveries.getDelivery(d.sql, webhookId, id)
+}
+
+/** Re-sends a settled delivery under the same delivery id, with the full retry schedule again. */
+export async function redeliver(d: WebhookDeps, caller: Caller, webhookId: string, id: string): Promise<deliveries.DeliveryRow> {
+  await loadWebhook(d.sql, caller, webhookId, 'build')
+  const row = await d.sql.begin(async (tx) => {
+    const current = await deliveries.lockDelivery(tx, webhookId, id)
+    const next = advanceDelivery(current, { type: 'redelivery.requested' }, Date.now())
+    if (!next) {
+      throw new AppError('conflict', `delivery ${id} is ${current.status}; only a succeeded or failed delivery can be redelivered`)
+    }
+    await deliveries.saveDeliveries(tx, [next.update])
+    return deliveries.lockDelivery(tx, webhookId, id)
+  })
+  await d.schedule([{ id: row.id, at: row.next_attempt_at }])
+  return row
+}

@@ -1,0 +1,117 @@
+import { Elysia, t } from 'elysia'
+import type { Deps } from '../deps'
+import { resolveWorkspaceId } from '../domain/workspaces'
+import * as webhooks from '../domain/webhooks'
+import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
+import { DELIVERY_TIMER } from '../workers/webhook-deliveries'
+import { Envelope, envelope, errors, ListOf, ListQuery } from './common.model'
+import { authenticated } from './plugins/auth'
+import {
+  CreateWebhook, DeletedWebhook, Delivery, DeliveryParams, toDelivery, toWebhook, UpdateWebhook, Webhook, WebhookParams,
+} from './webhooks.model'
+
+const webhookList: ListSpec = {
+  sortable: { created_at: 'time', updated_at: 'time' },
+  filters: { created_at: { type: 'time' } },
+  extra: ['workspace_id'],
+}
+const deliveryList: ListSpec = {
+  sortable: { created_at: 'time', updated_at: 'time' },
+  filters: {
+    status: { type: 'text', values: ['pending', 'retrying', 'succeeded', 'failed'] },
+    event_type: { type: 'text' },
+    event_id: { type: 'text' },
+    created_at: { type: 'time' },
+  },
+}
+const tags = ['webhooks']
+
+export function webhookRoutes(deps: Deps) {
+  const d: webhooks.WebhookDeps = {
+    sql: deps.db.sql,
+    config: deps.config,
+    secretBox: deps.secretBox,
+    schedule: (items) => deps.timers.schedule(DELIVERY_TIMER, items),
+  }
+  return new Elysia({ name: 'routes.webhooks' })
+    .use(authenticated(deps))
+    .post('/webhooks', async ({ caller, requestId, body, headers, set }) => {
+      const workspaceId = await resolveWorkspaceId(d.sql, caller, body.workspace_id, headers['x-workspace-id'])
+      set.status = 201
+      return envelope(requestId, toWebhook(await webhooks.registerWebhook(d, caller, workspaceId, body)))
+    }, {
+      body: CreateWebhook,
+      parse: 'json',
+      response: { 201: Envelope(Webhook), ...errors(403, 404, 409, 422) },
+      detail: {
+        tags,
+        summary: 'Register a webhook (developer)',
+        description: 'The URL is checked (https, a public address) now and again at every delivery. The secret signs every delivery (X-Service-Signature, webhook-signature) and is never returned.',
+      },
+    })
+    .get('/webhooks', async ({ caller, requestId, query, headers }) => {
+      const q = parseListQuery(query, webhookList)
+      const workspaceId = await resolveWorkspaceId(d.sql, caller, (query as { workspace_id?: string }).workspace_id, headers['x-workspace-id'])
+      return { request_id: requestId, ...toPage(await webhooks.listWebhooks(d, caller, workspaceId, q), q, toWebhook) }
+    }, {
+      query: ListQuery('created_at, updated_at', { workspace_id: t.Optional(t.String({ description: 'Workspace (else X-Workspace-Id, the key\'s workspace or the caller\'s only one)' })) }),
+      response: { 200: ListOf(Webhook), ...errors(403, 404) },
+      detail: { tags, summary: 'List the webhooks of a workspace' },
+    })
+    .get('/webhooks/:id', async ({ caller, requestId, params }) =>
+      envelope(requestId, toWebhook(await webhooks.loadWebhook(d.sql, caller, params.id, 'read'))), {
+      params: WebhookParams,
+      response: { 200: Envelope(Webhook), ...errors(404) },
+      detail: { tags, summary: 'Get a webhook (never its secret)' },
+    })
+    .patch('/webhooks/:id', async ({ caller, requestId, params, body }) =>
+      envelope(requestId, toWebhook(await webhooks.updateWebhook(d, caller, params.id, body))), {
+      params: WebhookParams,
+      body: UpdateWebhook,
+      parse: 'json',
+      response: { 200: Envelope(Webhook), ...errors(403, 404, 409, 422) },
+      detail: { tags, summary: 'Change the URL, events, secret (rotation with 24 h overlap) or enabled flag (developer)' },
+    })
+    .delete('/webhooks/:id', async ({ caller, requestId, params }) => {
+      await webhooks.deleteWebhook(d, caller, params.id)
+      return envelope(requestId, { id: params.id, deleted: true as const })
+    }, {
+      params: WebhookParams,
+      response: { 200: Envelope(DeletedWebhook), ...errors(403, 404, 409, 422) },
+      detail: { tags, summary: 'Delete a webhook and its delivery records (developer)' },
+    })
+    .post('/webhooks/:id/ping', async ({ caller, requestId, params, set }) => {
+      set.status = 202
+      return envelope(requestId, toDelivery(await webhooks.pingWebhook(d, caller, params.id)))
+    }, {
+      params: WebhookParams,
+      response: { 202: Envelope(Delivery), ...errors(403, 404, 409, 422) },
+      detail: { tags, summary: 'Send a webhook.test event to the receiver (developer)', description: 'Goes through the normal delivery path (signatures, retries); answers at once with the pending delivery.' },
+    })
+    .get('/webhooks/:id/deliveries', async ({ caller, requestId, params, query }) => {
+      const q = parseListQuery(query, deliveryList)
+      return { request_id: requestId, ...toPage(await webhooks.listDeliveries(d, caller, params.id, q), q, toDelivery) }
+    }, {
+      params: WebhookParams,
+      query: ListQuery('created_at, updated_at', {
+        status: t.Optional(t.String({ description: 'pending, retrying, succeeded or failed; status_in=a,b for several', examples: ['failed'] })),
+        event_type: t.Optional(t.String({ description: 'Only deliveries of this event type' })),
+      }),
+      response: { 200: ListOf(Delivery), ...errors(404) },
+      detail: { tags, summary: 'List a webhook\'s deliveries with their attempts (kept 7 days)' },
+    })
+    .get('/webhooks/:id/deliveries/:delivery_id', async ({ caller, requestId, params }) =>
+      envelope(requestId, toDelivery(await webhooks.getDelivery(d, caller, params.id, params.delivery_id))), {
+      params: DeliveryParams,
+      response: { 200: Envelope(Delivery), ...errors(404) },
+      detail: { tags, summary: 'Get one delivery with its attempts' },
+    })
+    .post('/webhooks/:id/deliveries/:delivery_id/redeliver', async ({ caller, requestId, params, set }) => {
+      set.status = 202
+      return envelope(requestId, toDelivery(await webhooks.redeliver(d, caller, params.id, params.delivery_id)))
+    }, {
+      params: DeliveryParams,
+      response: { 202: Envelope(Delivery), ...errors(403, 404, 409, 422) },
+      detail: { tags, summary: 'Re-send a succeeded or failed delivery under the same delivery id (developer)', description: 'Starts a new round with the full retry schedule; 409 while the delivery is still pending or retrying.' },
+    })
+}

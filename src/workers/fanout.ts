@@ -1,0 +1,89 @@
+import type { Logger } from 'pino'
+import type { Config } from '../config'
+import { newDelivery } from '../domain/deliveries'
+import type { Pool } from '../store/db'
+import { insertDeliveries, type NewDelivery } from '../store/deliveries'
+import { claimUndispatchedEvents, markEventsDispatched } from '../store/events'
+import { enabledWebhooksOf } from '../store/webhooks'
+import type { Timers } from './timers'
+import { DELIVERY_TIMER } from './webhook-deliveries'
+
+const BATCH = 500
+const IDLE_POLL_MS = 100
+
+/**
+ * Fan-out: committed outbox events become one delivery per enabled webhook of the event's workspace
+ * that subscribes to its type. Events are claimed with `for update skip locked` (workers share the
+ * outbox without waiting on each other) and (event_id, webhook_id) is unique, so a crash between
+ * insert and commit, or two workers, never make two deliveries of one event to one webhook.
+ */
+export class FanOut {
+  private running = false
+  private loop: Promise<void> | null = null
+  private wake: (() => void) | null = null
+
+  constructor(private readonly d: { sql: Pool; config: Config; timers: Timers; log: Logger }) {}
+
+  start() {
+    this.running = true
+    this.loop = this.run()
+  }
+
+  nudge() {
+    this.wake?.()
+  }
+
+  async stop() {
+    this.running = false
+    this.nudge()
+    await this.loop
+  }
+
+  private async run() {
+    while (this.running) {
+      let n = 0
+      try {
+        n = await this.tick()
+      } catch (err) {
+        this.d.log.error({ err }, 'fan-out: dispatching outbox events failed')
+      }
+      if (n < BATCH && this.running) {
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, IDLE_POLL_MS)
+          this.wake = () => {
+            clearTimeout(t)
+            resolve()
+          }
+        })
+        this.wake = null
+      }
+    }
+  }
+
+  /** Dispatches one batch of events; returns how many events it took. */
+  async tick(): Promise<number> {
+    const now = Date.now()
+    let taken = 0
+    const created = await this.d.sql.begin(async (tx) => {
+      const events = await claimUndispatchedEvents(tx, BATCH)
+      taken = events.length
+      if (events.length === 0) return []
+      const workspaces = [...new Set(events.flatMap((e) => (e.workspace_id && e.type !== 'webhook.test' ? [e.workspace_id] : [])))]
+      const hooks = await enabledWebhooksOf(tx, workspaces)
+      const rows: NewDelivery[] = []
+      for (const e of events) {
+        // webhook.test goes only to the pinged webhook, which the ping itself delivers to.
+        if (!e.workspace_id || e.type === 'webhook.test') continue
+        for (const h of hooks) {
+          if (h.workspace_id !== e.workspace_id || !h.events.includes(e.type)) continue
+          rows.push(newDelivery(this.d.config, { webhook_id: h.id, workspace_id: h.workspace_id, event_id: e.id, event_type: e.type, data: e.data }, { manual: false, now }))
+        }
+      }
+      const inserted = await insertDeliveries(tx, rows)
+      await markEventsDispatched(tx, events.map((e) => e.id))
+      return inserted
+    })
+    await this.d.timers.schedule(DELIVERY_TIMER, created.map((c) => ({ id: c.id, at: c.next_attempt_at })))
+    return taken
+  }
+}

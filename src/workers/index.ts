@@ -1,0 +1,40 @@
+import type { Deps } from '../deps'
+import { FanOut } from './fanout'
+import { rebuildDeliveryTimers, startMaintenance } from './maintenance'
+import { TimerLoop } from './timers'
+import { DELIVERY_TIMER, DeliveryWorker } from './webhook-deliveries'
+
+/**
+ * The job catalog: every background worker of the service, started together by main.ts (API and
+ * workers in one process) or src/worker.ts (workers only). Several processes may run them at once.
+ */
+export interface Workers {
+  fanOut: FanOut
+  deliveries: DeliveryWorker
+  stop(): Promise<void>
+}
+
+export async function startWorkers(deps: Deps): Promise<Workers> {
+  const d = { sql: deps.db.sql, config: deps.config, secretBox: deps.secretBox, timers: deps.timers, log: deps.log, metrics: deps.metrics, redis: deps.redis }
+  const deliveries = new DeliveryWorker(d)
+  const loop = new TimerLoop(deps.redis, deps.log, deps.metrics, { [DELIVERY_TIMER]: deliveries })
+  const fanOut = new FanOut(d)
+  const rebuilt = await rebuildDeliveryTimers(d.sql, d.timers)
+  if (rebuilt > 0) deps.log.info({ count: rebuilt }, 'webhook deliveries in progress: timers re-armed')
+  deps.timers.nudge = () => loop.nudge()
+  deps.events.nudge = () => fanOut.nudge()
+  loop.start()
+  fanOut.start()
+  const stopMaintenance = startMaintenance(d)
+  return {
+    fanOut,
+    deliveries,
+    async stop() {
+      stopMaintenance()
+      deps.timers.nudge = () => {}
+      deps.events.nudge = () => {}
+      await Promise.all([loop.stop(), fanOut.stop()])
+      await deliveries.drain()
+    },
+  }
+}

@@ -1,0 +1,124 @@
+import type { Logger } from 'pino'
+import { Histogram } from 'prom-client'
+import type { Metrics } from '../lib/metrics'
+import type { RedisPort } from '../store/redis'
+
+/**
+ * Durable time (STYLE habit 5): one Redis sorted set of timers with predictable ids `<kind>:<id>`,
+ * claimed atomically (each fires in exactly one process), rebuilt from Postgres at start-up by the
+ * owner of each kind. A stale or repeated timer is harmless: the machine ignores events its state
+ * does not accept.
+ */
+export interface TimerHandler {
+  /** How many more timers this handler can take now (back-pressure: unclaimed timers wait in Redis). */
+  capacity(): number
+  fire(ids: string[]): Promise<void>
+}
+
+export const timerId = (kind: string, id: string) => `${kind}:${id}`
+
+/** Arms and disarms timers from anywhere (routes, workers); `nudge` wakes this process' loop. */
+export class Timers {
+  nudge: () => void = () => {}
+
+  constructor(private readonly redis: RedisPort) {}
+
+  /** `at: null` cancels. Idempotent: the id is predictable, so re-arming only moves the due time. */
+  async schedule(kind: string, items: readonly { id: string; at: Date | null }[]): Promise<void> {
+    if (items.length === 0) return
+    const now = Date.now()
+    await Promise.all(
+      items.map((t) => (t.at ? this.redis.scheduleTimer(timerId(kind, t.id), t.at.getTime(), kind) : this.redis.cancelTimer(timerId(kind, t.id)))),
+    )
+    if (items.some((t) => t.at && t.at.getTime() <= now)) this.nudge()
+  }
+}
+
+/** Polls every 25 ms when idle: p99 lateness well under the 1 s target without busy Redis traffic. */
+const IDLE_POLL_MS = 25
+const BATCH = 200
+
+export class TimerLoop {
+  private running = false
+  private wake: (() => void) | null = null
+  private loop: Promise<void> | null = null
+  private readonly lateness: Histogram
+
+  constructor(
+    private readonly redis: RedisPort,
+    private readonly log: Logger,
+    metrics: Metrics,
+    private readonly handlers: Record<string, TimerHandler>,
+  ) {
+    this.lateness = new Histogram({
+      name: 'timer_lateness_seconds',
+      help: 'Time from a timer being due to a worker claiming it',
+      labelNames: ['kind'],
+      buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers: [metrics.registry],
+    })
+  }
+
+  start() {
+    this.running = true
+    this.loop = this.run()
+  }
+
+  /** Something is due now (a delivery was just created): poll at once instead of at the next tick. */
+  nudge() {
+    this.wake?.()
+  }
+
+  async stop() {
+    this.running = false
+    this.nudge()
+    await this.loop
+  }
+
+  private async run() {
+    while (this.running) {
+      let claimed = 0
+      try {
+        claimed = await this.tick()
+      } catch (err) {
+        this.log.error({ err }, 'timer loop: claiming or firing timers failed')
+      }
+      if (claimed === 0 && this.running) {
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, IDLE_POLL_MS)
+          this.wake = () => {
+            clearTimeout(t)
+            resolve()
+          }
+        })
+        this.wake = null
+      }
+    }
+  }
+
+  private async tick(): Promise<number> {
+    let room = 0
+    for (const h of Object.values(this.handlers)) room += h.capacity()
+    if (room <= 0) return 0
+    const now = Date.now()
+    const due = await this.redis.claimDueTimers(now, Math.min(room, BATCH))
+    if (due.length === 0) return 0
+    const byKind = new Map<string, string[]>()
+    for (const t of due) {
+      const kind = t.payload
+      this.lateness.observe({ kind }, Math.max(0, now - t.dueAt) / 1000)
+      const id = t.id.slice(kind.length + 1)
+      const list = byKind.get(kind)
+      if (list) list.push(id)
+      else byKind.set(kind, [id])
+    }
+    await Promise.all(
+      [...byKind].map(async ([kind, ids]) => {
+        const handler = this.handlers[kind]
+        if (!handler) return this.log.warn({ kind, count: ids.length }, 'timer loop: no handler for this kind of timer')
+        await handler.fire(ids)
+      }),
+    )
+    return due.length
+  }
+}
