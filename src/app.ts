@@ -2,6 +2,7 @@ import { Elysia } from 'elysia'
 import type { Deps } from './deps'
 import { apiKeyRoutes } from './routes/api-keys'
 import { docsRoutes } from './routes/docs'
+import { machineRoutes } from './routes/machines'
 import { opsRoutes } from './routes/ops'
 import { conventions } from './routes/plugins/conventions'
 import { webhookRoutes } from './routes/webhooks'
@@ -22,6 +23,7 @@ const documentation = {
     { name: 'members', description: 'Workspace members and their roles' },
     { name: 'api-keys', description: 'Issuing, listing and revoking API keys' },
     { name: 'webhooks', description: 'Signed event delivery to HTTPS receivers, delivery records and redelivery' },
+    { name: 'machines', description: 'The state machines behind the API, described from their XState definitions, with Mermaid diagrams' },
     { name: 'operations', description: 'Health, readiness and metrics (no authentication)' },
   ],
 }
@@ -35,7 +37,7 @@ export function buildApp(deps: Deps) {
     .use(conventions(deps))
     .use(docsRoutes(documentation))
     .use(opsRoutes(deps))
-    .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(webhookRoutes(deps)))
+    .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(machineRoutes(deps)).use(webhookRoutes(deps)))
   return app
 }
 

@@ -33,7 +33,7 @@ export function nextAttemptAt(effects: readonly DeliveryEffect[], current: Date 
 /** A new delivery in its initial state (`pending`, due at once). */
 export function newDelivery(
   config: Config,
-  fields: Pick<NewDelivery, 'webhook_id' | 'workspace_id' | 'event_id' | 'event_type' | 'data'>,
+  fields: Pick<NewDelivery, 'webhook_id' | 'event_id' | 'event_type' | 'data'>,
   opts: { manual: boolean; now: number },
 ): NewDelivery {
   const step = start<typeof deliveryMachine, DeliveryEffect>(deliveryMachine, {

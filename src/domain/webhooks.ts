@@ -138,7 +138,7 @@ export async function pingWebhook(d: WebhookDeps, caller: Caller, id: string): P
     const data = { webhook_id: hook.id, message: 'This is a test event sent by the ping endpoint.' }
     const event = await emit(tx, hook.workspace_id, 'webhook.test', data)
     await tx`update events set dispatched_at = now() where id = ${event.id}`
-    const delivery = newDelivery(d.config, { webhook_id: hook.id, workspace_id: hook.workspace_id, event_id: event.id, event_type: 'webhook.test', data }, { manual: true, now })
+    const delivery = newDelivery(d.config, { webhook_id: hook.id, event_id: event.id, event_type: 'webhook.test', data }, { manual: true, now })
     await deliveries.insertDeliveries(tx, [delivery])
     return deliveries.lockDelivery(tx, hook.id, delivery.id)
   })

@@ -34,6 +34,17 @@ export function newId(prefix: IdPrefix): string {
   return `${prefix}_${id}`
 }
 
+/** The smallest id of `prefix` made at `ms` or later: ids sort by time, so `id < idFloor(...)` selects older rows. */
+export function idFloor(prefix: IdPrefix, ms: number): string {
+  let t = ms
+  let time = ''
+  for (let i = 0; i < 10; i++) {
+    time = CROCKFORD[t % 32]! + time
+    t = Math.floor(t / 32)
+  }
+  return `${prefix}_${time}${'0'.repeat(16)}`
+}
+
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
 
 /** 40 base62 characters from rejection sampling, so every character is uniform (238 bits). */

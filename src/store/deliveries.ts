@@ -1,4 +1,5 @@
 import { notFound } from '../lib/errors'
+import { idFloor } from '../lib/ids'
 import type { ListQuery } from '../lib/lists'
 import type { DeliveryContext, DeliveryStatus } from '../machines/webhook-delivery.machine'
 import type { Persisted } from '../machines/runner'
@@ -17,7 +18,6 @@ export interface AttemptRecord {
 export interface DeliveryRow {
   id: string
   webhook_id: string
-  workspace_id: string
   event_id: string
   event_type: string
   data: Record<string, unknown>
@@ -34,7 +34,6 @@ export interface DeliveryRow {
 export interface NewDelivery {
   id: string
   webhook_id: string
-  workspace_id: string
   event_id: string
   event_type: string
   data: Record<string, unknown>
@@ -52,7 +51,7 @@ export async function insertDeliveries(tx: Tx, rows: NewDelivery[]): Promise<{ i
   if (rows.length === 0) return []
   const values = rows.map((r) => ({ ...r, data: tx.json(r.data as never), snapshot: tx.json(r.snapshot as never) }))
   return tx`
-    insert into webhook_deliveries ${tx(values, 'id', 'webhook_id', 'workspace_id', 'event_id', 'event_type', 'data', 'status', 'snapshot', 'machine_version', 'next_attempt_at')}
+    insert into webhook_deliveries ${tx(values, 'id', 'webhook_id', 'event_id', 'event_type', 'data', 'status', 'snapshot', 'machine_version', 'next_attempt_at')}
     on conflict (event_id, webhook_id) do nothing
     returning id, next_attempt_at`
 }
@@ -147,11 +146,14 @@ export async function listDueDeliveries(sql: Sql, opts: { overdueBefore?: Date; 
     order by id limit ${opts.limit}`
 }
 
-/** Retention (spec 8: 7 days): settled deliveries last touched before `before`. */
+/**
+ * Retention (spec 8: 7 days): settled deliveries created before `before`. Ids are time-ordered, so
+ * the primary key finds them without an index of their own.
+ */
 export async function deleteSettledDeliveries(sql: Sql, before: Date, limit: number): Promise<number> {
   const rows = await sql`
     delete from webhook_deliveries where id in (
-      select id from webhook_deliveries where next_attempt_at is null and updated_at < ${before} limit ${limit})
+      select id from webhook_deliveries where id < ${idFloor('dlv', before.getTime())} and next_attempt_at is null limit ${limit})
     returning id`
   return rows.length
 }

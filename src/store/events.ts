@@ -1,4 +1,4 @@
-import { newId } from '../lib/ids'
+import { idFloor, newId } from '../lib/ids'
 import type { Sql, Tx } from './db'
 
 export interface EventRow {
@@ -34,11 +34,11 @@ export async function markEventsDispatched(tx: Tx, ids: string[]): Promise<void>
   await tx`update events set dispatched_at = now() where id in ${tx(ids)}`
 }
 
-/** Retention: outbox rows dispatched before `before` (their deliveries keep a copy of the data). */
+/** Retention: dispatched outbox rows created before `before` (deliveries keep a copy of the data); by time-ordered id. */
 export async function deleteDispatchedEvents(sql: Sql, before: Date, limit: number): Promise<number> {
   const rows = await sql`
     delete from events where id in (
-      select id from events where dispatched_at is not null and dispatched_at < ${before} limit ${limit})
+      select id from events where id < ${idFloor('evt', before.getTime())} and dispatched_at is not null limit ${limit})
     returning id`
   return rows.length
 }

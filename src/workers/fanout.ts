@@ -76,7 +76,7 @@ export class FanOut {
         if (!e.workspace_id || e.type === 'webhook.test') continue
         for (const h of hooks) {
           if (h.workspace_id !== e.workspace_id || !h.events.includes(e.type)) continue
-          rows.push(newDelivery(this.d.config, { webhook_id: h.id, workspace_id: h.workspace_id, event_id: e.id, event_type: e.type, data: e.data }, { manual: false, now }))
+          rows.push(newDelivery(this.d.config, { webhook_id: h.id, event_id: e.id, event_type: e.type, data: e.data }, { manual: false, now }))
         }
       }
       const inserted = await insertDeliveries(tx, rows)

@@ -148,6 +148,9 @@ test('documented response schemas match real answers', async () => {
     ['get', '/v1/workspaces/{id}', '404', (await h.call('GET', '/v1/workspaces/ws_missing', { key: alice })).body],
     ['get', '/v1/workspaces', '401', (await h.call('GET', '/v1/workspaces', { key: null })).body],
     ['get', '/readyz', '200', (await h.call('GET', '/readyz', { key: null })).body],
+    ['get', '/v1/machines', '200', (await h.call('GET', '/v1/machines', { key: alice })).body],
+    ['get', '/v1/machines/{name}', '200', (await h.call('GET', '/v1/machines/webhook-delivery', { key: alice })).body],
+    ['get', '/v1/machines/{name}', '404', (await h.call('GET', '/v1/machines/nope', { key: alice })).body],
   ]
   for (const [method, path, status, body] of answers) {
     const schema = requiredOf(method, path, status)
