@@ -15,6 +15,10 @@ export interface UrlPolicy {
 
 export class UnsafeUrlError extends Error {
   override name = 'UnsafeUrlError'
+  /** A name that does not resolve now may resolve later; a refused address will not change. */
+  constructor(message: string, readonly transient = false) {
+    super(message)
+  }
 }
 
 /** The checks that need no network: scheme, credentials, host. Returns the parsed URL. */
@@ -58,9 +62,9 @@ export async function resolveAllowed(url: URL, policy: UrlPolicy): Promise<Pinne
     try {
       addresses = await lookup(host, { all: true, verbatim: true })
     } catch (err) {
-      throw new UnsafeUrlError(`host ${host} does not resolve (${(err as NodeJS.ErrnoException).code ?? 'lookup failed'})`)
+      throw new UnsafeUrlError(`host ${host} does not resolve (${(err as NodeJS.ErrnoException).code ?? 'lookup failed'})`, true)
     }
-    if (addresses.length === 0) throw new UnsafeUrlError(`host ${host} does not resolve`)
+    if (addresses.length === 0) throw new UnsafeUrlError(`host ${host} does not resolve`, true)
   }
   if (!policy.allowPrivate) {
     const blocked = addresses.find((a) => !isPublicAddress(a.address))

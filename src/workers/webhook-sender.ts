@@ -1,4 +1,4 @@
-import { checkUrlShape, resolveAllowed, type UrlPolicy } from '../lib/net-guard'
+import { checkUrlShape, resolveAllowed, UnsafeUrlError, type UrlPolicy } from '../lib/net-guard'
 import { serviceSignature, standardSignature } from '../lib/signing'
 import type { AttemptRecord } from '../store/deliveries'
 
@@ -70,9 +70,8 @@ export async function sendDelivery(input: SendInput): Promise<SendResult> {
     target = new URL(url)
     target.hostname = pinned.family === 6 ? `[${pinned.address}]` : pinned.address
   } catch (err) {
-    const message = (err as Error).message
-    // A name that does not resolve may come back; an address that is not allowed will not.
-    return done({ ok: false, retryable: message.includes('does not resolve'), error: `refused: ${message}` })
+    if (!(err instanceof UnsafeUrlError)) throw err
+    return done({ ok: false, retryable: err.transient, error: `refused: ${err.message}` })
   }
   const { body, headers } = buildRequest(input)
   headers.host = new URL(input.url).host
