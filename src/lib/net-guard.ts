@@ -54,14 +54,16 @@ export interface PinnedAddress {
  * Resolves the URL's host and checks every address it resolves to (one private address among public
  * ones is refused: the connection could take any of them). Returns the address to connect to.
  */
-export async function resolveAllowed(url: URL, policy: UrlPolicy): Promise<PinnedAddress> {
+export async function resolveAllowed(url: URL, policy: UrlPolicy, signal?: AbortSignal): Promise<PinnedAddress> {
   const host = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname
   let addresses: { address: string; family: number }[]
   if (ipaddr.isValid(host)) addresses = [{ address: host, family: host.includes(':') ? 6 : 4 }]
   else {
     try {
-      addresses = await lookup(host, { all: true, verbatim: true })
+      const lookedUp = lookup(host, { all: true, verbatim: true })
+      addresses = signal ? await abortable(lookedUp, signal) : await lookedUp
     } catch (err) {
+      if (signal?.aborted) throw new UnsafeUrlError(`looking up host ${host} timed out`, true)
       throw new UnsafeUrlError(`host ${host} does not resolve (${(err as NodeJS.ErrnoException).code ?? 'lookup failed'})`, true)
     }
     if (addresses.length === 0) throw new UnsafeUrlError(`host ${host} does not resolve`, true)
@@ -76,4 +78,22 @@ export async function resolveAllowed(url: URL, policy: UrlPolicy): Promise<Pinne
   }
   const first = addresses[0]!
   return { address: first.address, family: first.family === 6 ? 6 : 4 }
+}
+
+function abortable<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason)
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason)
+    signal.addEventListener('abort', onAbort, { once: true })
+    promise.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort)
+        resolve(v)
+      },
+      (e) => {
+        signal.removeEventListener('abort', onAbort)
+        reject(e)
+      },
+    )
+  })
 }

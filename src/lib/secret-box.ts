@@ -25,8 +25,9 @@ export class SecretBox {
   }
 
   open(sealed: string): string {
-    const [version, keyId, iv, ct, tag] = sealed.split('.')
-    if (version !== 'v1' || !keyId || iv === undefined || ct === undefined || tag === undefined) throw new SecretBoxError('not a sealed secret')
+    const parts = sealed.split('.')
+    const [version, keyId, iv, ct, tag] = parts
+    if (parts.length !== 5 || version !== 'v1' || !keyId || iv === undefined || ct === undefined || tag === undefined) throw new SecretBoxError('not a sealed secret')
     if (keyId !== this.keyId) {
       throw new SecretBoxError(`sealed with another SECRET_KEY (key id ${keyId}, this process has ${this.keyId}); every process must share one SECRET_KEY`)
     }

@@ -61,11 +61,14 @@ export async function sendDelivery(input: SendInput): Promise<SendResult> {
       response_excerpt: r.excerpt ?? null,
     },
   })
+  // One deadline for the whole attempt, the lookup included: a slow resolver must not stretch an
+  // attempt past its time-out (and past the lease, which would count a live attempt as abandoned).
+  const signal = AbortSignal.timeout(input.timeoutMs)
   let target: URL
   let host: string
   try {
     const url = checkUrlShape(input.url, input.policy)
-    const pinned = await resolveAllowed(url, input.policy)
+    const pinned = await resolveAllowed(url, input.policy, signal)
     host = url.hostname
     target = new URL(url)
     target.hostname = pinned.family === 6 ? `[${pinned.address}]` : pinned.address
@@ -82,7 +85,7 @@ export async function sendDelivery(input: SendInput): Promise<SendResult> {
       headers,
       body,
       redirect: 'manual',
-      signal: AbortSignal.timeout(input.timeoutMs),
+      signal,
       tls: { serverName: host.startsWith('[') ? undefined : host },
     } as RequestInit)
   } catch (err) {
@@ -123,8 +126,12 @@ async function readExcerpt(res: Response): Promise<string | undefined> {
 /** Retry-After as seconds or an HTTP date, in ms; undefined when absent or unreadable. */
 export function parseRetryAfter(value: string | null, now = Date.now()): number | undefined {
   if (!value) return undefined
-  if (/^\d+$/.test(value.trim())) return Number(value.trim()) * 1000
-  const at = Date.parse(value)
+  const v = value.trim()
+  if (/^\d+$/.test(v)) return Number(v) * 1000
+  // RFC 9110: delay-seconds or an HTTP-date (IMF-fixdate); anything else Date.parse would accept
+  // ("-5", "12/31/2099") is ignored.
+  if (!/^[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT$/.test(v)) return undefined
+  const at = Date.parse(v)
   return Number.isNaN(at) ? undefined : Math.max(0, at - now)
 }
 
