@@ -100,8 +100,16 @@ export async function recordFailures(tx: Tx, ids: string[], disableAfterMs: numb
   await tx`update webhooks set failing_since = now() where id in ${tx(ids)} and failing_since is null`
   const rows = await tx<{ id: string }[]>`
     update webhooks set enabled = false, updated_at = now(),
-      disabled_reason = 'every delivery failed for ' || ${Math.round(disableAfterMs / 3_600_000)}::int || ' hours'
+      disabled_reason = ${`every delivery failed for ${span(disableAfterMs)}; PATCH enabled: true to resume`}
     where id in ${tx(ids)} and enabled and failing_since <= now() - ${disableAfterMs}::int * interval '1 millisecond'
     returning id`
   return rows.map((r) => r.id)
+}
+
+/** "5 days", "90 minutes", "1500 ms": the largest unit that divides the span exactly. */
+function span(ms: number): string {
+  for (const [unit, size] of [['day', 86_400_000], ['hour', 3_600_000], ['minute', 60_000], ['second', 1000]] as const) {
+    if (ms >= size && ms % size === 0) return `${ms / size} ${unit}${ms === size ? '' : 's'}`
+  }
+  return `${ms} ms`
 }
