@@ -79,6 +79,14 @@ export async function lockDeliveriesForWork(tx: Tx, ids: string[]): Promise<Deli
     for update of d skip locked`
 }
 
+/** Which of these ids no longer exist (deleted with their webhook, or by retention). */
+export async function missingDeliveries(tx: Tx, ids: string[]): Promise<string[]> {
+  if (ids.length === 0) return []
+  const rows = await tx<{ id: string }[]>`select id from webhook_deliveries where id in ${tx(ids)}`
+  const present = new Set(rows.map((r) => r.id))
+  return ids.filter((id) => !present.has(id))
+}
+
 export async function lockDeliveries(tx: Tx, ids: string[]): Promise<Pick<DeliveryRow, 'id' | 'webhook_id' | 'snapshot' | 'attempts_count'>[]> {
   if (ids.length === 0) return []
   return tx`select id, webhook_id, snapshot, attempts_count from webhook_deliveries where id in ${tx(ids)} for update`

@@ -12,8 +12,9 @@ const PAGE = 1000
 
 /**
  * Re-arms every delivery timer from Postgres, the source of truth: at start-up (the in-process Redis
- * forgets everything with the process) and, for overdue ones only, every `SWEEP_MS` (a worker that
- * claimed a timer and died before saving lost it).
+ * forgets everything with the process) and, for overdue ones only, every `SWEEP_MS`: a backstop for
+ * timers Redis itself lost (a Redis restarted without persistence). A worker that dies after claiming
+ * a timer does not need it: claimed timers come back on their own (CLAIM_LEASE_MS).
  */
 export async function rebuildDeliveryTimers(sql: Pool, timers: Timers, overdueBefore?: Date): Promise<number> {
   let afterId: string | undefined

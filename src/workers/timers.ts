@@ -12,6 +12,7 @@ import type { RedisPort } from '../store/redis'
 export interface TimerHandler {
   /** How many more timers this handler can take now (back-pressure: unclaimed timers wait in Redis). */
   capacity(): number
+  /** Must re-arm or cancel every timer it is given (else each fires again after CLAIM_LEASE_MS). */
   fire(ids: string[]): Promise<void>
 }
 
@@ -37,6 +38,13 @@ export class Timers {
 /** Polls every 25 ms when idle: p99 lateness well under the 1 s target without busy Redis traffic. */
 const IDLE_POLL_MS = 25
 const BATCH = 200
+/**
+ * A claimed timer is postponed this long, not removed: its handler re-arms or cancels it after its
+ * transaction commits, and if the process dies before that, the timer fires again elsewhere. (When
+ * claims removed timers, a worker killed between claim and commit left deliveries waiting for the
+ * 30 s sweep: about a minute of stall in the crash test.)
+ */
+export const CLAIM_LEASE_MS = 10_000
 
 export class TimerLoop {
   private running = false
@@ -101,7 +109,7 @@ export class TimerLoop {
     for (const h of Object.values(this.handlers)) room += h.capacity()
     if (room <= 0) return 0
     const now = Date.now()
-    const due = await this.redis.claimDueTimers(now, Math.min(room, BATCH))
+    const due = await this.redis.claimDueTimers(now, Math.min(room, BATCH), CLAIM_LEASE_MS)
     if (due.length === 0) return 0
     const byKind = new Map<string, string[]>()
     for (const t of due) {

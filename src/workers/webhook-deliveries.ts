@@ -95,11 +95,21 @@ export class DeliveryWorker implements TimerHandler {
     const failed: string[] = []
     await this.d.sql.begin(async (tx) => {
       const rows = await store.lockDeliveriesForWork(tx, ids)
+      if (rows.length < ids.length) {
+        // Not returned: locked by another worker right now (its timer comes back after the claim
+        // lease) or gone with its webhook (its timer is cancelled here, or it would come back forever).
+        const found = new Set(rows.map((r) => r.id))
+        const gone = await store.missingDeliveries(tx, ids.filter((id) => !found.has(id)))
+        for (const id of gone) timers.push({ id, at: null })
+      }
       const updates: store.DeliveryUpdate[] = []
       for (const row of rows) {
         const state = row.snapshot.value
         const due = row.next_attempt_at ? row.next_attempt_at.getTime() : null
-        if (state === 'succeeded' || state === 'failed' || due === null) continue
+        if (state === 'succeeded' || state === 'failed' || due === null) {
+          timers.push({ id: row.id, at: null })
+          continue
+        }
         if (due > now + 20) {
           // Early (a stale copy of a timer that was since moved): arm it again for the right time.
           timers.push({ id: row.id, at: row.next_attempt_at })
@@ -108,7 +118,10 @@ export class DeliveryWorker implements TimerHandler {
         if (state === 'sending') {
           // The lease passed with no result: the worker that sent it died mid-attempt.
           const next = advanceDelivery(row, { type: 'attempt.abandoned' }, now)
-          if (!next) continue
+          if (!next) {
+            timers.push({ id: row.id, at: row.next_attempt_at })
+            continue
+          }
           next.update.attempt = record(row.attempts_count, now, 'abandoned: no result within the lease (the worker stopped mid-attempt)')
           updates.push(next.update)
           timers.push({ id: row.id, at: next.update.next_attempt_at })
@@ -116,7 +129,10 @@ export class DeliveryWorker implements TimerHandler {
           continue
         }
         const started = advanceDelivery(row, { type: 'timer.fired' }, now)
-        if (!started) continue
+        if (!started) {
+          timers.push({ id: row.id, at: row.next_attempt_at })
+          continue
+        }
         if (!row.enabled && !started.step.persisted.context.manual) {
           const stopped = advanceDelivery({ ...row, ...started.update }, { type: 'attempt.failed', retryable: false }, now)!
           stopped.update.attempt = record(started.update.attempts_count, now, 'not sent: the webhook is disabled')

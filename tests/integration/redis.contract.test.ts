@@ -173,6 +173,32 @@ function redisContract(adapter: Adapter) {
       expect((await redis.claimDueTimers(now, 10)).map((t) => t.id)).toEqual(['t:2', 't:3', 't:4'])
     })
 
+    test('with a lease, a claimed timer comes back after it unless re-armed or cancelled', async () => {
+      fresh()
+      const now = Date.now()
+      await redis.scheduleTimer('t:a', now - 10, 'a')
+      await redis.scheduleTimer('t:b', now - 5, 'b')
+      await redis.scheduleTimer('t:c', now - 1, 'c')
+      expect((await redis.claimDueTimers(now, 10, 5_000)).map((t) => t.id)).toEqual(['t:a', 't:b', 't:c'])
+      // Claimed once within the lease, whoever asks.
+      expect(await redis.claimDueTimers(now + 4_999, 10, 5_000)).toEqual([])
+      await redis.scheduleTimer('t:a', now + 60_000, 'a again') // its claimer re-armed it
+      await redis.cancelTimer('t:b') // its claimer settled it
+      // t:c's claimer died: it fires again when the lease runs out, with its payload.
+      expect(await redis.claimDueTimers(now + 5_000, 10)).toEqual([{ id: 't:c', dueAt: now + 5_000, payload: 'c' }])
+      expect((await redis.claimDueTimers(now + 60_000, 10)).map((t) => t.payload)).toEqual(['a again'])
+    })
+
+    test('claiming many timers takes them in order, in pages', async () => {
+      fresh()
+      const now = Date.now()
+      const ids = Array.from({ length: 300 }, (_, i) => `t:${String(i).padStart(3, '0')}`)
+      for (const [i, id] of [...ids.entries()].reverse()) await redis.scheduleTimer(id, now - 1_000 + (i >> 1), id)
+      const first = await redis.claimDueTimers(now, 200)
+      const rest = await redis.claimDueTimers(now, 200)
+      expect([...first, ...rest].map((t) => t.id)).toEqual(ids)
+    })
+
     test('scheduling the same id again moves the timer (and replaces its payload)', async () => {
       fresh()
       const now = Date.now()

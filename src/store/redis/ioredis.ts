@@ -20,15 +20,22 @@ redis.call('PEXPIRE', KEYS[1], math.ceil(capacity / rate * 1000) + 1000)
 return { allowed, tostring(tokens) }
 `
 
-// Claims due timers: removal and read happen in one script, so each timer fires in exactly one worker.
+// Claims due timers: read and removal (or postponement) happen in one script, so each timer fires in
+// exactly one worker. With ARGV[3] > 0 a claimed timer is not removed but pushed ARGV[3] ms later: if
+// its claimer dies before re-arming or cancelling it, it fires again elsewhere.
 const CLAIM = `
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
 local out = {}
+local lease = tonumber(ARGV[3])
 for i = 1, #due, 2 do
   local id = due[i]
-  redis.call('ZREM', KEYS[1], id)
   local payload = redis.call('HGET', KEYS[2], id)
-  redis.call('HDEL', KEYS[2], id)
+  if lease > 0 then
+    redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + lease, id)
+  else
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('HDEL', KEYS[2], id)
+  end
   table.insert(out, id)
   table.insert(out, due[i + 1])
   table.insert(out, payload or '')
@@ -38,7 +45,7 @@ return out
 
 type Scripted = Redis & {
   apTake(key: string, capacity: number, rate: number): Promise<[number, string]>
-  apClaim(zset: string, hash: string, now: number, limit: number): Promise<string[]>
+  apClaim(zset: string, hash: string, now: number, limit: number, lease: number): Promise<string[]>
 }
 
 export class IoRedis implements RedisPort {
@@ -96,8 +103,8 @@ export class IoRedis implements RedisPort {
     await this.client.multi().zrem('timers', id).hdel('timers:payload', id).exec()
   }
 
-  async claimDueTimers(now: number, limit: number): Promise<DueTimer[]> {
-    const flat = await this.client.apClaim('timers', 'timers:payload', now, limit)
+  async claimDueTimers(now: number, limit: number, leaseMs = 0): Promise<DueTimer[]> {
+    const flat = await this.client.apClaim('timers', 'timers:payload', now, limit, leaseMs)
     const out: DueTimer[] = []
     for (let i = 0; i < flat.length; i += 3) out.push({ id: flat[i]!, dueAt: Number(flat[i + 1]), payload: flat[i + 2]! })
     return out

@@ -43,8 +43,12 @@ export interface RedisPort {
   /** Schedules (or reschedules) the timer with this predictable id; idempotent. */
   scheduleTimer(id: string, dueAt: number, payload: string): Promise<void>
   cancelTimer(id: string): Promise<void>
-  /** Atomically removes and returns up to `limit` timers due at `now`: each fires in exactly one caller. */
-  claimDueTimers(now: number, limit: number): Promise<DueTimer[]>
+  /**
+   * Atomically claims up to `limit` timers due at `now`, earliest first: each fires in exactly one
+   * caller. Without `leaseMs` they are removed; with it they are pushed to `now + leaseMs` instead, so
+   * one whose claimer dies before re-arming or cancelling it fires again (at-least-once).
+   */
+  claimDueTimers(now: number, limit: number, leaseMs?: number): Promise<DueTimer[]>
   publish(channel: string, message: string): Promise<void>
   subscribe(channel: string, handler: (message: string) => void): Promise<Unsubscribe>
   ping(): Promise<void>
