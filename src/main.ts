@@ -108,6 +108,8 @@ function listen(deps: Deps) {
     { url: `${scheme}://${config.host}:${server.port}${config.basePath}/v1`, database: deps.db.describe, redis: deps.redis.kind === 'redis' ? 'redis' : 'in-process' },
     `listening on ${scheme}://${config.host}:${server.port}`,
   )
+  // Written at once: whoever waits for the port to answer may look for this line next.
+  flushLogs()
   return server
 }
 
