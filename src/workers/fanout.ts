@@ -5,6 +5,7 @@ import type { Pool } from '../store/db'
 import { insertDeliveries, type NewDelivery } from '../store/deliveries'
 import { claimUndispatchedEvents, markEventsDispatched } from '../store/events'
 import { enabledWebhooksOf } from '../store/webhooks'
+import { PollingLoop } from './loop'
 import type { Timers } from './timers'
 import { DELIVERY_TIMER } from './webhook-deliveries'
 
@@ -18,46 +19,23 @@ const IDLE_POLL_MS = 100
  * insert and commit, or two workers, never make two deliveries of one event to one webhook.
  */
 export class FanOut {
-  private running = false
-  private loop: Promise<void> | null = null
-  private wake: (() => void) | null = null
+  private readonly loop: PollingLoop
 
-  constructor(private readonly d: { sql: Pool; config: Config; timers: Timers; log: Logger }) {}
+  constructor(private readonly d: { sql: Pool; config: Config; timers: Timers; log: Logger }) {
+    // A full batch means more may be waiting: go again at once.
+    this.loop = new PollingLoop('fan-out: dispatching outbox events', async () => (await this.tick()) >= BATCH, IDLE_POLL_MS, d.log)
+  }
 
   start() {
-    this.running = true
-    this.loop = this.run()
+    this.loop.start()
   }
 
   nudge() {
-    this.wake?.()
+    this.loop.nudge()
   }
 
   async stop() {
-    this.running = false
-    this.nudge()
-    await this.loop
-  }
-
-  private async run() {
-    while (this.running) {
-      let n = 0
-      try {
-        n = await this.tick()
-      } catch (err) {
-        this.d.log.error({ err }, 'fan-out: dispatching outbox events failed')
-      }
-      if (n < BATCH && this.running) {
-        await new Promise<void>((resolve) => {
-          const t = setTimeout(resolve, IDLE_POLL_MS)
-          this.wake = () => {
-            clearTimeout(t)
-            resolve()
-          }
-        })
-        this.wake = null
-      }
-    }
+    await this.loop.stop()
   }
 
   /** Dispatches one batch of events; returns how many events it took. */

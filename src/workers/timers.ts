@@ -2,6 +2,7 @@ import type { Logger } from 'pino'
 import { Histogram } from 'prom-client'
 import type { Metrics } from '../lib/metrics'
 import type { RedisPort } from '../store/redis'
+import { PollingLoop } from './loop'
 
 /**
  * Durable time (STYLE habit 5): one Redis sorted set of timers with predictable ids `<kind>:<id>`,
@@ -47,9 +48,7 @@ const BATCH = 200
 export const CLAIM_LEASE_MS = 10_000
 
 export class TimerLoop {
-  private running = false
-  private wake: (() => void) | null = null
-  private loop: Promise<void> | null = null
+  private readonly loop: PollingLoop
   private readonly lateness: Histogram
 
   constructor(
@@ -65,43 +64,20 @@ export class TimerLoop {
       buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
       registers: [metrics.registry],
     })
+    this.loop = new PollingLoop('timer loop: claiming or firing timers', async () => (await this.tick()) > 0, IDLE_POLL_MS, log)
   }
 
   start() {
-    this.running = true
-    this.loop = this.run()
+    this.loop.start()
   }
 
   /** Something is due now (a delivery was just created): poll at once instead of at the next tick. */
   nudge() {
-    this.wake?.()
+    this.loop.nudge()
   }
 
   async stop() {
-    this.running = false
-    this.nudge()
-    await this.loop
-  }
-
-  private async run() {
-    while (this.running) {
-      let claimed = 0
-      try {
-        claimed = await this.tick()
-      } catch (err) {
-        this.log.error({ err }, 'timer loop: claiming or firing timers failed')
-      }
-      if (claimed === 0 && this.running) {
-        await new Promise<void>((resolve) => {
-          const t = setTimeout(resolve, IDLE_POLL_MS)
-          this.wake = () => {
-            clearTimeout(t)
-            resolve()
-          }
-        })
-        this.wake = null
-      }
-    }
+    await this.loop.stop()
   }
 
   private async tick(): Promise<number> {

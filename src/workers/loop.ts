@@ -1,0 +1,56 @@
+import type { Logger } from 'pino'
+
+/**
+ * A background loop: runs `tick` again at once while it reports more work, otherwise waits `idleMs`
+ * or until `nudge()`. A failing tick is logged and retried after the idle wait, never fatal.
+ */
+export class PollingLoop {
+  private running = false
+  private wake: (() => void) | null = null
+  private loop: Promise<void> | null = null
+
+  constructor(
+    private readonly what: string,
+    private readonly tick: () => Promise<boolean>,
+    private readonly idleMs: number,
+    private readonly log: Logger,
+  ) {}
+
+  start() {
+    this.running = true
+    this.loop = this.run()
+  }
+
+  /** Work is waiting now: tick at once instead of after the idle wait. */
+  nudge() {
+    this.wake?.()
+  }
+
+  /** Resolves once the tick in progress (if any) has finished. */
+  async stop() {
+    this.running = false
+    this.nudge()
+    await this.loop
+  }
+
+  private async run() {
+    while (this.running) {
+      let more = false
+      try {
+        more = await this.tick()
+      } catch (err) {
+        this.log.error({ err }, `${this.what} failed`)
+      }
+      if (!more && this.running) {
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, this.idleMs)
+          this.wake = () => {
+            clearTimeout(t)
+            resolve()
+          }
+        })
+        this.wake = null
+      }
+    }
+  }
+}
