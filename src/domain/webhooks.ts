@@ -1,4 +1,5 @@
 import type { Config } from '../config'
+import { safeEqual } from '../lib/crypto'
 import { AppError, invalid, notFound } from '../lib/errors'
 import { newId } from '../lib/ids'
 import type { ListQuery } from '../lib/lists'
@@ -110,7 +111,7 @@ export async function updateWebhook(
   if (input.url !== undefined) patch.url = await checkUrl(input.url, urlPolicy(d.config))
   return d.sql.begin(async (tx) => {
     const current = await store.lockWebhook(tx, id)
-    if (input.secret !== undefined && input.secret !== d.secretBox.open(current.secret_encrypted)) {
+    if (input.secret !== undefined && !safeEqual(input.secret, d.secretBox.open(current.secret_encrypted))) {
       patch.secret = {
         encrypted: d.secretBox.seal(input.secret),
         previousEncrypted: current.secret_encrypted,
