@@ -41,7 +41,6 @@ export class DeliveryWorker implements TimerHandler {
   private results: Finished[] = []
   private flushing: Promise<void> | null = null
   private flushTimer: ReturnType<typeof setTimeout> | null = null
-  private idle: (() => void) | null = null
   private readonly secretCache = new Map<string, string>()
   private readonly attempts: Counter
   private readonly duration: Histogram
@@ -80,11 +79,8 @@ export class DeliveryWorker implements TimerHandler {
   /** Resolves when no attempt is in flight and every result is saved (shutdown). */
   async drain(): Promise<void> {
     while (this.inFlight > 0 || this.results.length > 0 || this.flushing) {
-      if (this.inFlight === 0 && !this.flushing) this.flush()
-      await new Promise<void>((resolve) => {
-        this.idle = resolve
-        setTimeout(resolve, 50)
-      })
+      this.flush()
+      await (this.flushing ?? Bun.sleep(20))
     }
   }
 
@@ -213,7 +209,6 @@ export class DeliveryWorker implements TimerHandler {
       .finally(() => {
         this.flushing = null
         if (this.results.length > 0) this.flush()
-        this.idle?.()
       })
   }
 
