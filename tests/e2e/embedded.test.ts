@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { createCertificate, type Certificate } from '../helpers/certificate'
 import { waitFor } from '../helpers/harness'
 import { EMBEDDED, killAll, runToExit, spawnService, type ServiceProcess } from '../helpers/process'
 
@@ -21,6 +22,7 @@ let inFlightWorkspace: string
 let crashWorkspace: string
 /** The first process, left running by one step for the next. */
 let running: ServiceProcess | undefined
+let certificate: Certificate | undefined
 
 beforeAll(() => {
   tmp = mkdtempSync(join(tmpdir(), 'ap-e2e-embedded-'))
@@ -30,6 +32,7 @@ beforeAll(() => {
 
 afterAll(async () => {
   await killAll()
+  certificate?.remove()
   rmSync(tmp, { recursive: true, force: true })
 })
 
@@ -214,15 +217,8 @@ describe('embedded default as a subprocess', () => {
   }, 40_000)
 
   test('TLS_CERT_FILE and TLS_KEY_FILE: serves HTTPS', async () => {
-    const cert = join(tmp, 'cert.pem')
-    const key = join(tmp, 'key.pem')
-    const made = Bun.spawnSync(
-      ['openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=localhost', '-keyout', key, '-out', cert],
-      { stdout: 'ignore', stderr: 'pipe' },
-    )
-    expect(made.exitCode).toBe(0)
-
-    const sp = start({ TLS_CERT_FILE: cert, TLS_KEY_FILE: key }, true)
+    certificate = createCertificate()
+    const sp = start({ TLS_CERT_FILE: certificate.certFile, TLS_KEY_FILE: certificate.keyFile }, true)
     await sp.ready(30_000)
     expect(sp.output()).toContain(`listening on https://`)
     const health = await fetch(`https://localhost:${sp.port}/healthz`, { tls: { rejectUnauthorized: false } }).catch(() =>

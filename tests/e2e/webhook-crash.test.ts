@@ -3,9 +3,10 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { generateKey } from '../../src/domain/api-keys'
+import { createCertificate, type Certificate } from '../helpers/certificate'
 import { waitFor } from '../helpers/harness'
-import { makeCert, startHttpsReceiver, type HttpsReceiver, type TestCert } from '../helpers/https-receiver'
-import { EMBEDDED, killAll, spawnService, type ServiceProcess } from '../helpers/process'
+import { apiCall, EMBEDDED, killAll, spawnService, type ServiceProcess } from '../helpers/process'
+import { startReceiver, type Mode, type Receiver } from '../helpers/receiver'
 
 /**
  * Crash safety of webhook delivery, end to end in the embedded default (always runs, whatever
@@ -19,19 +20,19 @@ const TIMEOUT_MS = 1000
 const LEASE_MS = 2 * TIMEOUT_MS + 1000
 
 let tmp: string
-let cert: TestCert
-const receivers: HttpsReceiver[] = []
+let certificate: Certificate
+const receivers: Receiver[] = []
 
 beforeAll(() => {
   tmp = mkdtempSync(join(tmpdir(), 'ap-e2e-webhook-crash-'))
-  cert = makeCert()
+  certificate = createCertificate()
 })
 
 afterAll(async () => {
   await killAll()
   await Promise.all(receivers.map((r) => r.close()))
   if (tmp) rmSync(tmp, { recursive: true, force: true })
-  if (cert) rmSync(cert.dir, { recursive: true, force: true })
+  certificate?.remove()
 })
 
 function start(dataDir: string, rootKey: string): ServiceProcess {
@@ -40,7 +41,7 @@ function start(dataDir: string, rootKey: string): ServiceProcess {
       ...EMBEDDED,
       DATA_DIR: dataDir,
       BOOTSTRAP_API_KEY: rootKey,
-      NODE_EXTRA_CA_CERTS: cert.certFile,
+      NODE_EXTRA_CA_CERTS: certificate.certFile,
       WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
       WEBHOOK_RETRY_DELAYS_MS: '300,300,300,300,300',
       WEBHOOK_TIMEOUT_MS: String(TIMEOUT_MS),
@@ -50,29 +51,15 @@ function start(dataDir: string, rootKey: string): ServiceProcess {
   })
 }
 
-async function call(sp: ServiceProcess, key: string, method: string, path: string, body?: unknown) {
-  const res = await fetch(sp.url + path, {
-    method,
-    headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  })
-  const text = await res.text()
-  let parsed: any = text
-  try {
-    parsed = JSON.parse(text)
-  } catch {}
-  return { status: res.status, body: parsed }
-}
-
 /** A workspace with `n` webhooks on the receiver, each on a path of its own (`/hook-<i>`). */
-async function setUp(sp: ServiceProcess, key: string, receiver: HttpsReceiver, n: number): Promise<{ webhooks: string[]; pathOf: Map<string, string> }> {
-  const ws = await call(sp, key, 'POST', '/v1/workspaces', { name: 'Crash' })
+async function setUp(sp: ServiceProcess, key: string, receiver: Receiver, n: number): Promise<{ webhooks: string[]; pathOf: Map<string, string> }> {
+  const ws = await apiCall(sp, key, 'POST', '/v1/workspaces', { name: 'Crash' })
   expect(ws.status).toBe(201)
   const webhooks: string[] = []
   const pathOf = new Map<string, string>()
   for (let i = 0; i < n; i++) {
-    const made = await call(sp, key, 'POST', '/v1/webhooks', {
-      url: `${receiver.url}/hook-${i}`,
+    const made = await apiCall(sp, key, 'POST', '/v1/webhooks', {
+      url: receiver.url(`/hook-${i}`),
       events: ['workflow.run.completed'],
       secret: `crash-secret-${i}-${generateKey()}`,
       workspace_id: ws.body.data.id,
@@ -89,7 +76,7 @@ async function ping(sp: ServiceProcess, key: string, webhooks: string[], count: 
   const answers = await Promise.all(
     Array.from({ length: count }, async (_, i) => {
       const webhook = webhooks[i % webhooks.length]!
-      const res = await call(sp, key, 'POST', `/v1/webhooks/${webhook}/ping`)
+      const res = await apiCall(sp, key, 'POST', `/v1/webhooks/${webhook}/ping`)
       expect(res.status).toBe(202)
       expect(res.body.data.status).toBe('pending')
       return [res.body.data.id as string, webhook] as const
@@ -114,7 +101,7 @@ async function listAll(sp: ServiceProcess, key: string, webhooks: string[]): Pro
   for (const w of webhooks) {
     let cursor: string | null = null
     do {
-      const res: { status: number; body: any } = await call(sp, key, 'GET', `/v1/webhooks/${w}/deliveries?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`)
+      const res: { status: number; body: any } = await apiCall(sp, key, 'GET', `/v1/webhooks/${w}/deliveries?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`)
       expect(res.status).toBe(200)
       all.push(...res.body.data)
       cursor = res.body.next_cursor
@@ -141,7 +128,7 @@ async function settled(sp: ServiceProcess, key: string, webhooks: string[], expe
 }
 
 /** The invariants after recovery, whatever moment the crash hit. */
-function checkNoneLostNorDuplicated(deliveries: Delivery[], pinged: Map<string, string>, receiver: HttpsReceiver, pathOf: Map<string, string>) {
+function checkNoneLostNorDuplicated(deliveries: Delivery[], pinged: Map<string, string>, receiver: Receiver, pathOf: Map<string, string>) {
   // None lost: every ping's delivery is there, under its webhook; and nothing else appeared.
   expect(deliveries.length).toBe(pinged.size)
   expect(new Set(deliveries.map((d) => d.id))).toEqual(new Set(pinged.keys()))
@@ -181,35 +168,54 @@ function checkNoneLostNorDuplicated(deliveries: Delivery[], pinged: Map<string, 
   for (const d of deliveries.filter((x) => x.status === 'failed')) expect(d.attempts_count).toBe(6)
 }
 
+/** A first service on a DATA_DIR of its own, a receiver answering `mode`, `hooks` webhooks there, and `pings` pings. */
+async function begin(name: string, mode: Mode, hooks: number, pings: number) {
+  const dataDir = join(tmp, name)
+  const rootKey = generateKey()
+  const receiver = await startReceiver({ certificate, mode })
+  receivers.push(receiver)
+  const first = start(dataDir, rootKey)
+  await first.ready(30_000)
+  const { webhooks, pathOf } = await setUp(first, rootKey, receiver, hooks)
+  const pinged = await ping(first, rootKey, webhooks, pings)
+  expect(pinged.size).toBe(pings)
+  return { dataDir, rootKey, receiver, first, webhooks, pathOf, pinged }
+}
+
+async function kill(sp: ServiceProcess) {
+  sp.proc.kill('SIGKILL')
+  await sp.exited
+  expect(sp.proc.signalCode).toBe('SIGKILL')
+}
+
+/**
+ * The receiver answers 200 from now on, and a second service starts on the first one's DATA_DIR:
+ * waits until every delivery is settled, checks the invariants, and returns the deliveries.
+ */
+async function recover(s: Awaited<ReturnType<typeof begin>>) {
+  s.receiver.mode = 200
+  const second = start(s.dataDir, s.rootKey)
+  await second.ready(30_000)
+  // The in-process Redis died with the first process: the timers come back from the database.
+  await second.waitForOutput(/webhook deliveries in progress: timers re-armed/)
+  const deliveries = await settled(second, s.rootKey, s.webhooks, s.pinged.size, 20_000)
+  checkNoneLostNorDuplicated(deliveries, s.pinged, s.receiver, s.pathOf)
+  return { second, deliveries }
+}
+
 describe('webhook delivery survives SIGKILL (embedded, subprocess)', () => {
   test('killed with deliveries pending and retrying: the restart settles every one, none lost, none twice', async () => {
-    const dataDir = join(tmp, 'retrying')
-    const rootKey = generateKey()
-    const receiver = startHttpsReceiver(cert, 500)
-    receivers.push(receiver)
-    const first = start(dataDir, rootKey)
-    await first.ready(30_000)
-    const { webhooks, pathOf } = await setUp(first, rootKey, receiver, 3)
-
     const PINGS = 30
-    const pinged = await ping(first, rootKey, webhooks, PINGS)
-    expect(pinged.size).toBe(PINGS)
+    const s = await begin('retrying', 500, 3, PINGS)
+    const { receiver } = s
     // Mid-way: some deliveries have been retried already (the receiver answers 500), none can have
     // used up its 6 attempts (5 × 300 ms of waiting at least).
     await waitFor(() => [...receiver.byDelivery().values()].some((r) => r.length >= 2), { timeoutMs: 10_000, what: 'a first retry' })
-    first.proc.kill('SIGKILL')
-    await first.exited
-    expect(first.proc.signalCode).toBe('SIGKILL')
+    await kill(s.first)
     const seenBefore = receiver.requests.length
     const before = receiver.byDelivery()
-    receiver.mode = 200
 
-    const second = start(dataDir, rootKey)
-    await second.ready(30_000)
-    // The in-process Redis died with the first process: the timers come back from the database.
-    await second.waitForOutput(/webhook deliveries in progress: timers re-armed/)
-    const deliveries = await settled(second, rootKey, webhooks, PINGS, 20_000)
-    checkNoneLostNorDuplicated(deliveries, pinged, receiver, pathOf)
+    const { second, deliveries } = await recover(s)
     // Every delivery was still retryable at the kill, so every one succeeds after the restart.
     const succeeded = deliveries.filter((d) => d.status === 'succeeded').length
     expect(succeeded).toBe(PINGS)
@@ -226,33 +232,18 @@ describe('webhook delivery survives SIGKILL (embedded, subprocess)', () => {
   }, 60_000)
 
   test('killed with attempts in flight: the abandoned attempt is retried after its lease and succeeds', async () => {
-    const dataDir = join(tmp, 'in-flight')
-    const rootKey = generateKey()
-    const receiver = startHttpsReceiver(cert, 'hang')
-    receivers.push(receiver)
-    const first = start(dataDir, rootKey)
-    await first.ready(30_000)
-    const { webhooks, pathOf } = await setUp(first, rootKey, receiver, 2)
-
     const PINGS = 10
-    const pinged = await ping(first, rootKey, webhooks, PINGS)
+    const s = await begin('in-flight', 'hang', 2, PINGS)
+    const { receiver } = s
     // Every delivery's first attempt is in flight (the receiver holds it); kill before the time-out.
     await waitFor(() => receiver.hanging() === PINGS, { timeoutMs: 5_000, intervalMs: 5, what: 'every first attempt to be in flight' })
     // The latest request of each delivery, held by the receiver when the process dies.
-    const hungAt = new Map(receiver.requests.map((r) => [r.deliveryId, r.at]))
+    const hungAt = new Map(receiver.requests.map((r) => [r.deliveryId, r.receivedAt]))
     const heldAtKill = receiver.hangingIds()
-    first.proc.kill('SIGKILL')
-    await first.exited
-    expect(first.proc.signalCode).toBe('SIGKILL')
-    expect(new Set(heldAtKill)).toEqual(new Set(pinged.keys()))
-    receiver.mode = 200
+    await kill(s.first)
+    expect(new Set(heldAtKill)).toEqual(new Set(s.pinged.keys()))
 
-    const second = start(dataDir, rootKey)
-    await second.ready(30_000)
-    // The in-process Redis died with the first process: the timers come back from the database.
-    await second.waitForOutput(/webhook deliveries in progress: timers re-armed/)
-    const deliveries = await settled(second, rootKey, webhooks, PINGS, 20_000)
-    checkNoneLostNorDuplicated(deliveries, pinged, receiver, pathOf)
+    const { second, deliveries } = await recover(s)
     let timedOut = 0
     for (const d of deliveries) {
       expect(d.status).toBe('succeeded')

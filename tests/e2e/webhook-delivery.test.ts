@@ -5,11 +5,10 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { generateKey } from '../../src/domain/api-keys'
+import { createCertificate, type Certificate } from '../helpers/certificate'
 import { waitFor } from '../helpers/harness'
-import { EMBEDDED, killAll, spawnService, type ServiceProcess } from '../helpers/process'
-import {
-  createCertificate, startReceiver, startReferenceReceiver, type Answer, type Certificate, type ReceivedRequest, type Receiver, type ReferenceReceiver,
-} from '../helpers/receiver'
+import { apiCall, EMBEDDED, killAll, spawnService, type ServiceProcess } from '../helpers/process'
+import { startReceiver, startReferenceReceiver, type Answer, type ReceivedRequest, type Receiver, type ReferenceReceiver } from '../helpers/receiver'
 
 /**
  * Webhook deliveries end to end: the real service (`bun run src/main.ts`, embedded default) as a
@@ -56,19 +55,8 @@ function serviceEnv(extra: Record<string, string | undefined> = {}) {
   }
 }
 
-async function call(method: string, path: string, body?: unknown) {
-  const res = await fetch(sp.url + path, {
-    method,
-    headers: { authorization: `Bearer ${rootKey}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  })
-  const text = await res.text()
-  let parsed: any = text
-  try {
-    parsed = JSON.parse(text)
-  } catch {}
-  return { status: res.status, body: parsed }
-}
+/** The API of the service running now (`sp`), as root. */
+const call = (method: string, path: string, body?: unknown) => apiCall(sp, rootKey, method, path, body)
 
 beforeAll(async () => {
   tmp = mkdtempSync(join(tmpdir(), 'ap-e2e-webhook-delivery-'))
@@ -124,6 +112,13 @@ async function ping(hook: { id: string }) {
   expect(res.body.data).toMatchObject({ webhook_id: hook.id, event: 'webhook.test', status: 'pending' })
   expect(res.body.data.id).toMatch(/^dlv_/)
   return res.body.data as { id: string; event_id: string; data: Record<string, unknown> }
+}
+
+/** Scripts `path`, registers a webhook there, pings it, and waits until the delivery settles with `attempts` attempts or more. */
+async function pingScripted(path: string, answers: Answer[], attempts = 1) {
+  const hook = await scripted(path, answers)
+  const queued = await ping(hook)
+  return { hook, queued, d: await settled(hook, queued.id, { attempts }) }
 }
 
 interface Attempt {
@@ -195,9 +190,7 @@ const ISO_Z = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/
 
 describe.concurrent('webhook deliveries to HTTPS receivers (service subprocess)', () => {
   test('200: one attempt, succeeded; the request is exactly the documented one and both signatures verify', async () => {
-    const hook = await scripted('/ok', [200])
-    const queued = await ping(hook)
-    const d = await settled(hook, queued.id)
+    const { hook, queued, d } = await pingScripted('/ok', [200])
     expect(d.status).toBe('succeeded')
     expect(d.attempts_count).toBe(1)
     expect(d.next_attempt_at).toBeNull()
@@ -268,9 +261,7 @@ describe.concurrent('webhook deliveries to HTTPS receivers (service subprocess)'
   }, 40_000)
 
   test('404: one attempt, failed at once', async () => {
-    const hook = await scripted('/gone', [404])
-    const queued = await ping(hook)
-    const d = await settled(hook, queued.id)
+    const { d } = await pingScripted('/gone', [404])
     expect(d.status).toBe('failed')
     expect(d.attempts_count).toBe(1)
     expect(d.attempts).toHaveLength(1)
@@ -281,9 +272,7 @@ describe.concurrent('webhook deliveries to HTTPS receivers (service subprocess)'
   })
 
   test('a receiver that never answers: the attempt times out (WEBHOOK_TIMEOUT_MS) and is retried', async () => {
-    const hook = await scripted('/hang', ['hang', 200])
-    const queued = await ping(hook)
-    const d = await settled(hook, queued.id, { attempts: 2 })
+    const { d } = await pingScripted('/hang', ['hang', 200], 2)
     expect(d.status).toBe('succeeded')
     expect(d.attempts_count).toBe(2)
     expect(d.attempts[0]!.status_code).toBeNull()
@@ -298,9 +287,7 @@ describe.concurrent('webhook deliveries to HTTPS receivers (service subprocess)'
   })
 
   test('a connection dropped without an answer: recorded as a network error and retried', async () => {
-    const hook = await scripted('/drop', ['close', 200])
-    const queued = await ping(hook)
-    const d = await settled(hook, queued.id, { attempts: 2 })
+    const { d } = await pingScripted('/drop', ['close', 200], 2)
     expect(d.status).toBe('succeeded')
     expect(d.attempts_count).toBe(2)
     expect(d.attempts[0]!.status_code).toBeNull()
@@ -311,9 +298,7 @@ describe.concurrent('webhook deliveries to HTTPS receivers (service subprocess)'
   })
 
   test('302: the redirect is not followed, the attempt is retried', async () => {
-    const hook = await scripted('/moved', [{ status: 302, headers: { location: receiver.url('/moved-here') } }, 200])
-    const queued = await ping(hook)
-    const d = await settled(hook, queued.id, { attempts: 2 })
+    const { d } = await pingScripted('/moved', [{ status: 302, headers: { location: receiver.url('/moved-here') } }, 200], 2)
     expect(d.status).toBe('succeeded')
     expect(d.attempts[0]).toMatchObject({ attempt: 1, status_code: 302, error: 'receiver answered 302' })
     expect(d.attempts[1]).toMatchObject({ attempt: 2, status_code: 200 })
@@ -322,9 +307,7 @@ describe.concurrent('webhook deliveries to HTTPS receivers (service subprocess)'
   })
 
   test('429 with Retry-After: 2: the next attempt waits the 2 s asked, not the planned 150 ms', async () => {
-    const hook = await scripted('/busy', [{ status: 429, headers: { 'retry-after': '2' } }, 200])
-    const queued = await ping(hook)
-    const d = await settled(hook, queued.id, { attempts: 2 })
+    const { d } = await pingScripted('/busy', [{ status: 429, headers: { 'retry-after': '2' } }, 200], 2)
     expect(d.status).toBe('succeeded')
     expect(d.attempts[0]).toMatchObject({ attempt: 1, status_code: 429, error: 'receiver answered 429' })
     expect(d.attempts[1]).toMatchObject({ attempt: 2, status_code: 200 })
@@ -335,9 +318,7 @@ describe.concurrent('webhook deliveries to HTTPS receivers (service subprocess)'
   })
 
   test('redelivery of a failed delivery: 202, sent again under the same delivery id, attempts numbered on', async () => {
-    const hook = await scripted('/redeliver', [404])
-    const queued = await ping(hook)
-    const failed = await settled(hook, queued.id)
+    const { hook, queued, d: failed } = await pingScripted('/redeliver', [404])
     expect(failed.status).toBe('failed')
     expect(failed.attempts_count).toBe(1)
 

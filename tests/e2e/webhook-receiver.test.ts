@@ -1,86 +1,43 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import type { Subprocess } from 'bun'
 import { createHmac, randomBytes } from 'node:crypto'
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { createCertificate, type Certificate } from '../helpers/certificate'
 import { waitFor } from '../helpers/harness'
+import { killAll } from '../helpers/process'
+import { startReferenceReceiver, type ReferenceReceiver } from '../helpers/receiver'
 
 /**
  * examples/webhook-receiver.ts as a real subprocess over HTTPS (a self-signed certificate made here),
  * fed deliveries signed in this file with node:crypto alone, not with the receiver's own helpers.
  */
-const root = join(import.meta.dir, '..', '..')
-
-interface Receiver {
-  proc: Subprocess<'ignore', 'pipe', 'pipe'>
-  port: number
-  stdout(): string
-  /** Resolves once the process is gone and its output read. */
-  exited: Promise<unknown>
-}
-
-let tmp: string
-let certFile: string
-let keyFile: string
-let ca: string
-const started: Receiver[] = []
+let certificate: Certificate
+const started: ReferenceReceiver[] = []
 
 /** The main receiver: one plain secret. */
 const SECRET = 'receiver-test-secret-' + randomBytes(12).toString('hex')
-let main: Receiver
+let main: ReferenceReceiver
 /** The rotation receiver: a new `whsec_` secret (raw key bytes NEW_KEY) and the old plain one. */
 const NEW_KEY = randomBytes(24)
 const NEW_SECRET = 'whsec_' + NEW_KEY.toString('base64')
 const OLD_SECRET = 'old-plain-secret-' + randomBytes(8).toString('hex')
-let rotating: Receiver
+let rotating: ReferenceReceiver
 
-async function startReceiver(webhookSecret: string): Promise<Receiver> {
-  const proc = Bun.spawn(['bun', 'examples/webhook-receiver.ts'], {
-    cwd: root,
-    env: { ...process.env, WEBHOOK_SECRET: webhookSecret, PORT: '0', HOST: '127.0.0.1', TLS_CERT_FILE: certFile, TLS_KEY_FILE: keyFile },
-    stdin: 'ignore',
-    stdout: 'pipe',
-    stderr: 'pipe',
-  })
-  let out = ''
-  let err = ''
-  const pump = async (stream: ReadableStream<Uint8Array>, add: (s: string) => void) => {
-    const decoder = new TextDecoder()
-    for await (const chunk of stream) add(decoder.decode(chunk, { stream: true }))
-  }
-  const drained = Promise.all([pump(proc.stdout, (s) => (out += s)), pump(proc.stderr, (s) => (err += s))]).catch(() => {})
-  const r: Receiver = { proc, port: 0, stdout: () => out, exited: Promise.all([proc.exited, drained]) }
+async function startReceiver(secret: string | string[]): Promise<ReferenceReceiver> {
+  const r = await startReferenceReceiver({ secret, certificate })
   started.push(r)
-  const m = await waitFor(() => proc.exitCode !== null || out.match(/^listening on https:\/\/[^\s]*:(\d+)\/?$/m), {
-    timeoutMs: 15_000,
-    what: 'the receiver to print "listening on"',
-  }).catch((e) => {
-    throw new Error(`${(e as Error).message}\n--- stdout ---\n${out}\n--- stderr ---\n${err}`)
-  })
-  if (m === true) throw new Error(`the receiver exited with ${proc.exitCode}\n--- stdout ---\n${out}\n--- stderr ---\n${err}`)
-  r.port = Number((m as RegExpMatchArray)[1])
   return r
 }
 
 beforeAll(async () => {
-  tmp = mkdtempSync(join(tmpdir(), 'ap-e2e-webhook-receiver-'))
-  certFile = join(tmp, 'cert.pem')
-  keyFile = join(tmp, 'key.pem')
-  const openssl = Bun.spawnSync(
-    ['openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=localhost', '-addext', 'subjectAltName=DNS:localhost', '-keyout', keyFile, '-out', certFile],
-    { stdout: 'pipe', stderr: 'pipe' },
-  )
-  if (openssl.exitCode !== 0) throw new Error(`openssl failed: ${openssl.stderr.toString()}`)
-  ca = readFileSync(certFile, 'utf8')
-  ;[main, rotating] = await Promise.all([startReceiver(SECRET), startReceiver(`${NEW_SECRET}, ${OLD_SECRET}`)])
+  certificate = createCertificate()
+  ;[main, rotating] = await Promise.all([startReceiver(SECRET), startReceiver([NEW_SECRET, OLD_SECRET])])
 })
 
 afterAll(async () => {
-  for (const r of started) r.proc.kill('SIGKILL')
-  await Promise.all(started.map((r) => r.exited))
+  await Promise.all(started.map((r) => r.stop()))
   for (const r of started) expect(r.proc.exitCode !== null || r.proc.signalCode !== null).toBe(true)
-  if (tmp) rmSync(tmp, { recursive: true, force: true })
+  // Any receiver that started while another failed to.
+  await killAll()
+  certificate?.remove()
 })
 
 // --- signing, independently of the receiver -------------------------------------------------------
@@ -130,7 +87,7 @@ function deliver(port: number, d: Delivery = {}) {
 }
 
 async function post(port: number, init: { method?: string; headers?: Record<string, string>; body?: string }) {
-  const res = await fetch(`https://localhost:${port}/`, { method: init.method ?? 'POST', headers: init.headers, body: init.body, tls: { ca } })
+  const res = await fetch(`https://localhost:${port}/`, { method: init.method ?? 'POST', headers: init.headers, body: init.body, tls: { ca: certificate.cert } })
   const text = await res.text()
   let body: any = text
   try {
@@ -139,23 +96,14 @@ async function post(port: number, init: { method?: string; headers?: Record<stri
   return { status: res.status, body }
 }
 
-/** The `{"received": ...}` lines printed so far. */
-function received(r: Receiver): { received: string; event: string }[] {
-  return r
-    .stdout()
-    .split('\n')
-    .filter((l) => l.startsWith('{'))
-    .map((l) => JSON.parse(l))
-}
-
 /**
  * Sends a fresh, valid delivery and waits for its line: everything sent before it has been handled
  * (one request at a time, in order), so `received` is then complete, with no fixed sleep.
  */
-async function settle(r: Receiver, d: Delivery = {}): Promise<void> {
+async function settle(r: ReferenceReceiver, d: Delivery = {}): Promise<void> {
   const res = await deliver(r.port, d)
   expect(res.body).toEqual({ ok: true, duplicate: false })
-  await waitFor(() => received(r).some((l) => l.received === res.id), { timeoutMs: 5_000, what: `the line for ${res.id}` })
+  await waitFor(() => r.received().some((l) => l.received === res.id), { timeoutMs: 5_000, what: `the line for ${res.id}` })
 }
 
 const forbidden = (res: { status: number; body: any }) => {
@@ -170,7 +118,7 @@ describe('webhook receiver example as an HTTPS subprocess', () => {
     const res = await deliver(main.port, { event: 'agent.created' })
     expect(res.status).toBe(200)
     expect(res.body).toEqual({ ok: true, duplicate: false })
-    const lines = await waitFor(() => received(main).filter((l) => l.received === res.id), { timeoutMs: 5_000, what: 'the received line' })
+    const lines = await waitFor(() => main.received().filter((l) => l.received === res.id), { timeoutMs: 5_000, what: 'the received line' })
     expect(lines).toEqual([{ received: res.id, event: 'agent.created' }])
   })
 
@@ -185,7 +133,7 @@ describe('webhook receiver example as an HTTPS subprocess', () => {
     const legacyOnly = await deliver(main.port, { id })
     expect(legacyOnly.body).toEqual({ ok: true, duplicate: true })
     await settle(main)
-    expect(received(main).filter((l) => l.received === id).length).toBe(1)
+    expect(main.received().filter((l) => l.received === id).length).toBe(1)
   })
 
   test('a wrong signature: 403', async () => {
@@ -254,7 +202,7 @@ describe('webhook receiver example as an HTTPS subprocess', () => {
 
   test('no rejected delivery was processed', async () => {
     await settle(main)
-    const ids = new Set(received(main).map((l) => l.received))
+    const ids = new Set(main.received().map((l) => l.received))
     expect(rejected.length).toBeGreaterThan(10)
     for (const id of rejected) expect(ids.has(id)).toBe(false)
   })
@@ -275,7 +223,7 @@ describe('webhook receiver example as an HTTPS subprocess', () => {
     const neither = await deliver(rotating.port, { secret: SECRET })
     forbidden(neither)
     await settle(rotating, { secret: OLD_SECRET })
-    const ids = received(rotating).map((l) => l.received)
+    const ids = rotating.received().map((l) => l.received)
     for (const r of [withNew, withOld, legacyOnly, both]) expect(ids.filter((id) => id === r.id).length).toBe(1)
     expect(ids).not.toContain(prefixKept.id)
     expect(ids).not.toContain(neither.id)

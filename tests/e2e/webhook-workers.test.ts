@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import type { Subprocess } from 'bun'
 import { createHmac } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -7,9 +6,10 @@ import { join } from 'node:path'
 import Redis from 'ioredis'
 import postgres from 'postgres'
 import { generateKey } from '../../src/domain/api-keys'
+import { createCertificate, type Certificate } from '../helpers/certificate'
 import { waitFor } from '../helpers/harness'
-import { makeCert, startHttpsReceiver, type HttpsReceiver, type Received, type TestCert } from '../helpers/https-receiver'
-import { freePort, killAll, spawnService, type ServiceProcess } from '../helpers/process'
+import { apiCall, killAll, spawnService, type ServiceProcess } from '../helpers/process'
+import { startReceiver, type ReceivedRequest, type Receiver } from '../helpers/receiver'
 
 /**
  * Several webhook workers on one server Postgres and one Redis: one API process (which runs the
@@ -33,51 +33,6 @@ const CLAIM_LEASE_MS = 10_000
 const EVENTS_PER_ROUND = 300
 const A_HOOKS = 3
 
-interface Worker {
-  proc: Subprocess<'ignore', 'pipe', 'pipe'>
-  output(): string
-  exited: Promise<number>
-}
-
-const workers = new Set<Worker>()
-
-/** `bun run src/main.ts worker`: the workers without HTTP. */
-function spawnWorker(env: Record<string, string>): Worker {
-  const proc = Bun.spawn(['bun', 'run', 'src/main.ts', 'worker'], {
-    cwd: join(import.meta.dir, '..', '..'),
-    env: { ...process.env, HOST: '127.0.0.1', PORT: String(freePort()), LOG_LEVEL: 'info', ...env },
-    stdin: 'ignore',
-    stdout: 'pipe',
-    stderr: 'pipe',
-  })
-  let out = ''
-  const pump = async (stream: ReadableStream<Uint8Array>) => {
-    const decoder = new TextDecoder()
-    for await (const chunk of stream) out += decoder.decode(chunk, { stream: true })
-  }
-  const drained = Promise.all([pump(proc.stdout), pump(proc.stderr)]).catch(() => {})
-  const w: Worker = {
-    proc,
-    output: () => out,
-    exited: proc.exited.then(async (code) => {
-      await drained
-      workers.delete(w)
-      return code
-    }),
-  }
-  workers.add(w)
-  return w
-}
-
-async function workerReady(w: Worker) {
-  try {
-    await waitFor(() => w.proc.exitCode !== null || /workers running \(no HTTP\)/.test(w.output()), { timeoutMs: 30_000, what: 'a worker to start' })
-  } catch (err) {
-    throw new Error(`${(err as Error).message}\n--- output ---\n${w.output()}`)
-  }
-  if (w.proc.exitCode !== null) throw new Error(`a worker exited with ${w.proc.exitCode}\n--- output ---\n${w.output()}`)
-}
-
 if (!databaseUrl || !redisUrl) {
   describe('webhook workers in several processes (server Postgres, Redis)', () => {
     test.skip('skipped: DATABASE_URL and REDIS_URL are unset (CI sets both)', () => {})
@@ -91,26 +46,17 @@ if (!databaseUrl || !redisUrl) {
     let redis0: Redis
     let redisDb = -1
     let tmp: string
-    let cert: TestCert
-    let receiver: HttpsReceiver
+    let certificate: Certificate
+    let receiver: Receiver
     let api: ServiceProcess
-    let w1: Worker
-    let w2: Worker
+    let w1: ServiceProcess
+    let w2: ServiceProcess
     let wsA: string
     let wsB: string
     let keyB: string
     /** webhook id → { workspace, path on the receiver, secret } */
     const hooks = new Map<string, { ws: 'A' | 'B'; path: string; secret: string }>()
     const pathToHook = new Map<string, string>()
-
-    const call = async (key: string, method: string, path: string, body?: unknown) => {
-      const res = await fetch(api.url + path, {
-        method,
-        headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-        body: body === undefined ? undefined : JSON.stringify(body),
-      })
-      return { status: res.status, body: (await res.json()) as any }
-    }
 
     /** Claims a Redis logical database no other run of this file uses (1..15), and empties it. */
     async function claimRedisDb(): Promise<number> {
@@ -121,19 +67,31 @@ if (!databaseUrl || !redisUrl) {
       throw new Error('no free Redis logical database (1..15)')
     }
 
+    /** REDIS_URL with the claimed logical database. */
+    function redisDbUrl(): string {
+      const u = new URL(redisUrl!)
+      u.pathname = `/${redisDb}`
+      return u.toString()
+    }
+
+    async function flushRedisDb() {
+      const scoped = new Redis(redisDbUrl(), { maxRetriesPerRequest: 2 })
+      try {
+        await scoped.flushdb()
+      } finally {
+        await scoped.quit()
+      }
+    }
+
     beforeAll(async () => {
       tmp = mkdtempSync(join(tmpdir(), 'ap-e2e-webhook-workers-'))
-      cert = makeCert()
+      certificate = createCertificate()
       // The first attempt of each delivery id gets a 500, every later one a 200.
-      receiver = startHttpsReceiver(cert, (_req, previous) => (previous === 0 ? 500 : 200))
+      receiver = await startReceiver({ certificate, mode: (_req, previous) => (previous === 0 ? 500 : 200) })
 
       redis0 = new Redis(redisUrl, { maxRetriesPerRequest: 2 })
       redisDb = await claimRedisDb()
-      const u = new URL(redisUrl)
-      u.pathname = `/${redisDb}`
-      const scoped = new Redis(u.toString(), { maxRetriesPerRequest: 2 })
-      await scoped.flushdb()
-      await scoped.quit()
+      await flushRedisDb()
 
       admin = postgres(databaseUrl, { max: 1, onnotice: () => {} })
       await admin.unsafe(`create database "${dbName}"`)
@@ -141,11 +99,11 @@ if (!databaseUrl || !redisUrl) {
       dbUrl.pathname = `/${dbName}`
       const env = {
         DATABASE_URL: dbUrl.toString(),
-        REDIS_URL: u.toString(),
+        REDIS_URL: redisDbUrl(),
         BOOTSTRAP_API_KEY: rootKey,
         SECRET_KEY: generateKey(),
         DATA_DIR: join(tmp, 'data'),
-        NODE_EXTRA_CA_CERTS: cert.certFile,
+        NODE_EXTRA_CA_CERTS: certificate.certFile,
         WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
         WEBHOOK_RETRY_DELAYS_MS: '200,200,200,200,200',
         WEBHOOK_TIMEOUT_MS: String(TIMEOUT_MS),
@@ -155,20 +113,21 @@ if (!databaseUrl || !redisUrl) {
       // The API process first (it migrates the empty database and creates the root key).
       api = spawnService({ env })
       await api.ready(30_000)
-      w1 = spawnWorker(env)
-      w2 = spawnWorker(env)
-      await Promise.all([workerReady(w1), workerReady(w2)])
+      // `bun run src/main.ts worker`: the workers without HTTP.
+      w1 = spawnService({ env, args: ['worker'] })
+      w2 = spawnService({ env, args: ['worker'] })
+      await Promise.all([w1, w2].map((w) => w.waitForOutput(/workers running \(no HTTP\)/, 30_000)))
       db = postgres(dbUrl.toString(), { max: 2, onnotice: () => {} })
 
       const issue = async (user: string) => {
-        const res = await call(rootKey, 'POST', '/v1/api-keys', { user_id: user, name: `key of ${user}` })
+        const res = await apiCall(api, rootKey, 'POST', '/v1/api-keys', { user_id: user, name: `key of ${user}` })
         expect(res.status).toBe(201)
         return res.body.data.key as string
       }
       const keyA = await issue('alice')
       keyB = await issue('bob')
       const made = async (key: string, name: string) => {
-        const res = await call(key, 'POST', '/v1/workspaces', { name })
+        const res = await apiCall(api, key, 'POST', '/v1/workspaces', { name })
         expect(res.status).toBe(201)
         return res.body.data.id as string
       }
@@ -177,7 +136,7 @@ if (!databaseUrl || !redisUrl) {
       const register = async (key: string, ws: 'A' | 'B', workspaceId: string, i: number) => {
         const path = `/${ws}-${i}`
         const secret = `secret-${ws}-${i}-${generateKey()}`
-        const res = await call(key, 'POST', '/v1/webhooks', { url: receiver.url + path, events: ['workflow.run.completed'], secret, workspace_id: workspaceId })
+        const res = await apiCall(api, key, 'POST', '/v1/webhooks', { url: receiver.url(path), events: ['workflow.run.completed'], secret, workspace_id: workspaceId })
         expect(res.status).toBe(201)
         hooks.set(res.body.data.id, { ws, path, secret })
         pathToHook.set(path, res.body.data.id)
@@ -187,9 +146,6 @@ if (!databaseUrl || !redisUrl) {
     }, 90_000)
 
     afterAll(async () => {
-      const left = [...workers]
-      for (const w of left) w.proc.kill('SIGKILL')
-      await Promise.all(left.map((w) => w.exited))
       await killAll()
       await db?.end()
       if (admin) {
@@ -198,17 +154,13 @@ if (!databaseUrl || !redisUrl) {
       }
       if (redis0) {
         if (redisDb > 0) {
-          const u = new URL(redisUrl)
-          u.pathname = `/${redisDb}`
-          const scoped = new Redis(u.toString(), { maxRetriesPerRequest: 2 })
-          await scoped.flushdb().catch(() => {})
-          await scoped.quit()
+          await flushRedisDb().catch(() => {})
           await redis0.del(`ap-e2e-redis-db:${redisDb}`)
         }
         await redis0.quit()
       }
       await receiver?.close()
-      if (cert) rmSync(cert.dir, { recursive: true, force: true })
+      certificate?.remove()
       if (tmp) rmSync(tmp, { recursive: true, force: true })
     })
 
@@ -260,15 +212,9 @@ if (!databaseUrl || !redisUrl) {
     }
 
     /** Requests of one round, by delivery id. */
-    function requestsOf(round: string): Map<string, Received[]> {
-      const m = new Map<string, Received[]>()
-      for (const r of receiver.requests) {
-        if (!String(r.json?.data?.outputs?.event ?? '').startsWith(`evt_${round}_`)) continue
-        const list = m.get(r.deliveryId)
-        if (list) list.push(r)
-        else m.set(r.deliveryId, [r])
-      }
-      return m
+    function requestsOf(round: string): Map<string, ReceivedRequest[]> {
+      // A delivery id belongs to one event: all its requests carry the same one.
+      return new Map([...receiver.byDelivery()].filter(([, reqs]) => String(reqs[0]!.json?.data?.outputs?.event ?? '').startsWith(`evt_${round}_`)))
     }
 
     /** What holds whether or not a worker died: exactly the right rows, each settled, tenants apart. */
@@ -321,7 +267,7 @@ if (!databaseUrl || !redisUrl) {
      * receiver saw belongs to a counted attempt (a timed-out request may arrive late, or never), the
      * first one got the 500, and the last attempt is a 200.
      */
-    function checkTimedOut(r: Row, seen: Received[]) {
+    function checkTimedOut(r: Row, seen: ReceivedRequest[]) {
       expect(r.attempts_count).toBe(r.attempts.length)
       expect(seen.length).toBeLessThanOrEqual(r.attempts_count)
       for (const a of r.attempts) expect(a.status_code === null ? a.error?.startsWith('timed out') : [500, 200].includes(a.status_code)).toBe(true)
@@ -371,18 +317,18 @@ if (!databaseUrl || !redisUrl) {
       const [aDelivery] = await db`select id from webhook_deliveries where webhook_id = ${aHook} limit 1`
       expect(aDelivery).toBeDefined()
       for (const path of [`/v1/webhooks/${aHook}/deliveries`, `/v1/webhooks/${aHook}`, `/v1/webhooks/${aHook}/deliveries/${aDelivery!.id}`]) {
-        const res = await call(keyB, 'GET', path)
+        const res = await apiCall(api, keyB, 'GET', path)
         expect(res.status).toBe(404)
         expect(res.body.error.code).toBe('not_found')
         expect(JSON.stringify(res.body)).not.toContain('evt_r1_')
       }
-      const redeliver = await call(keyB, 'POST', `/v1/webhooks/${aHook}/deliveries/${aDelivery!.id}/redeliver`)
+      const redeliver = await apiCall(api, keyB, 'POST', `/v1/webhooks/${aHook}/deliveries/${aDelivery!.id}/redeliver`)
       expect(redeliver.status).toBe(404)
       // Listing the workspace's webhooks with B's key shows B's own only.
-      const own = await call(keyB, 'GET', `/v1/webhooks?workspace_id=${wsB}`)
+      const own = await apiCall(api, keyB, 'GET', `/v1/webhooks?workspace_id=${wsB}`)
       expect(own.status).toBe(200)
       expect(own.body.data.map((w: { id: string }) => hooks.get(w.id)?.ws)).toEqual(['B'])
-      expect((await call(keyB, 'GET', `/v1/webhooks?workspace_id=${wsA}`)).status).toBe(404)
+      expect((await apiCall(api, keyB, 'GET', `/v1/webhooks?workspace_id=${wsA}`)).status).toBe(404)
     })
 
     test('a worker SIGKILLed mid-run: the other processes finish every delivery, none lost or doubled', async () => {

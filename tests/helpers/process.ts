@@ -3,7 +3,7 @@ import { join } from 'node:path'
 import { waitFor } from './harness'
 
 const root = join(import.meta.dir, '..', '..')
-const running = new Set<ServiceProcess>()
+const running = new Set<Spawned>()
 
 const handedOut = new Set<number>()
 
@@ -23,21 +23,79 @@ export function freePort(): number {
   }
 }
 
-export interface ServiceProcess {
+/** A subprocess of the repository's, its output collected as it comes. */
+export interface Spawned {
   proc: Subprocess<'ignore', 'pipe', 'pipe'>
+  /** Everything the process wrote so far, stdout and stderr interleaved as they arrived. */
+  output(): string
+  /** What it wrote to stdout alone. */
+  stdout(): string
+  /** Resolves with the exit code once the process is gone and its output read (it may still be starting). */
+  exited: Promise<number>
+  /** Polls the output until `re` matches; fails at once, with the output, if the process ends first. */
+  waitForOutput(re: RegExp, timeoutMs?: number): Promise<RegExpMatchArray>
+  /** Sends `signal` (unless the process is gone already) and waits for the exit code. */
+  stop(signal?: NodeJS.Signals): Promise<number>
+}
+
+/**
+ * Runs `cmd` in the repository's root with the test process' environment and `env` over it
+ * (`undefined` removes a variable). Every process spawned here is remembered, so `killAll()` in an
+ * afterAll leaves none behind even when a test failed half-way.
+ */
+export function spawnProcess(cmd: string[], env: Record<string, string | undefined> = {}): Spawned {
+  const merged: Record<string, string> = {}
+  for (const [k, v] of Object.entries({ ...process.env, ...env })) if (v !== undefined) merged[k] = v
+  const proc = Bun.spawn(cmd, { cwd: root, env: merged, stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' })
+  let out = ''
+  let stdout = ''
+  let ended = false
+  const pump = async (stream: ReadableStream<Uint8Array>, isStdout: boolean) => {
+    const decoder = new TextDecoder()
+    for await (const chunk of stream) {
+      const text = decoder.decode(chunk, { stream: true })
+      out += text
+      if (isStdout) stdout += text
+    }
+  }
+  const drained = Promise.all([pump(proc.stdout, true), pump(proc.stderr, false)]).catch(() => {})
+  // The exit code only once the output is complete, so a failure message can show all of it.
+  const exited = proc.exited.then(async (code) => {
+    await drained
+    ended = true
+    running.delete(spawned)
+    return code
+  })
+  const spawned: Spawned = {
+    proc,
+    output: () => out,
+    stdout: () => stdout,
+    exited,
+    async waitForOutput(re, timeoutMs = 10_000) {
+      let match: RegExpMatchArray | null = null
+      try {
+        await waitFor(() => (match = out.match(re)) !== null || ended, { timeoutMs, what: `output matching ${re}` })
+      } catch (err) {
+        throw new Error(`${(err as Error).message}\n--- output ---\n${out}`)
+      }
+      if (!match) throw new Error(`the process ended (code ${proc.exitCode}, signal ${proc.signalCode}) before printing ${re}\n--- output ---\n${out}`)
+      return match
+    },
+    async stop(signal = 'SIGTERM') {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal)
+      return exited
+    },
+  }
+  running.add(spawned)
+  return spawned
+}
+
+export interface ServiceProcess extends Spawned {
   port: number
   /** `http(s)://127.0.0.1:<port>` */
   url: string
-  /** Everything the process wrote so far, stdout and stderr interleaved as they arrived. */
-  output(): string
-  /** Resolves with the exit code (the process may still be starting). */
-  exited: Promise<number>
   /** Polls `/healthz` until it answers 200; fails at once, with the output, if the process exits. */
   ready(timeoutMs?: number): Promise<void>
-  /** Polls the output until `re` matches. */
-  waitForOutput(re: RegExp, timeoutMs?: number): Promise<RegExpMatchArray>
-  /** Sends `signal` and waits for the exit code. */
-  stop(signal?: NodeJS.Signals): Promise<number>
 }
 
 export interface SpawnOptions {
@@ -45,37 +103,19 @@ export interface SpawnOptions {
   env?: Record<string, string | undefined>
   port?: number
   https?: boolean
+  /** After `src/main.ts`: `['worker']` runs the workers without HTTP (wait for them with `waitForOutput`, not `ready`). */
+  args?: string[]
 }
 
-/**
- * Runs the real service (`bun run src/main.ts`) as a subprocess. Every process spawned here is
- * remembered, so `killAll()` in an afterAll leaves none behind even when a test failed half-way.
- */
+/** Runs the real service (`bun run src/main.ts`) as a subprocess (see `spawnProcess`). */
 export function spawnService(opts: SpawnOptions = {}): ServiceProcess {
   const port = opts.port ?? freePort()
-  const env: Record<string, string> = {}
-  const merged = { ...process.env, HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'info', ...opts.env }
-  for (const [k, v] of Object.entries(merged)) if (v !== undefined) env[k] = v
-  const proc = Bun.spawn(['bun', 'run', 'src/main.ts'], { cwd: root, env, stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' })
-  let out = ''
-  const pump = async (stream: ReadableStream<Uint8Array>) => {
-    const decoder = new TextDecoder()
-    for await (const chunk of stream) out += decoder.decode(chunk, { stream: true })
-  }
-  const drained = Promise.all([pump(proc.stdout), pump(proc.stderr)]).catch(() => {})
-  // The exit code only once the output is complete, so a failure message can show all of it.
-  const exited = proc.exited.then(async (code) => {
-    await drained
-    running.delete(sp)
-    return code
-  })
+  const spawned = spawnProcess(['bun', 'run', 'src/main.ts', ...(opts.args ?? [])], { HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'info', ...opts.env })
+  const { proc } = spawned
   const url = `${opts.https ? 'https' : 'http'}://127.0.0.1:${port}`
-  const sp: ServiceProcess = {
-    proc,
+  return Object.assign(spawned, {
     port,
     url,
-    output: () => out,
-    exited,
     async ready(timeoutMs = 20_000) {
       await waitFor(
         async () =>
@@ -83,27 +123,31 @@ export function spawnService(opts: SpawnOptions = {}): ServiceProcess {
           (await fetch(`${url}/healthz`, { tls: { rejectUnauthorized: false } }).then((r) => r.status === 200, () => false)),
         { timeoutMs, what: `the service on port ${port} to answer /healthz` },
       ).catch((err) => {
-        throw new Error(`${(err as Error).message}\n--- output ---\n${out}`)
+        throw new Error(`${(err as Error).message}\n--- output ---\n${spawned.output()}`)
       })
-      if (proc.exitCode !== null) throw new Error(`the service exited with code ${proc.exitCode} while starting\n--- output ---\n${out}`)
+      if (proc.exitCode !== null) throw new Error(`the service exited with code ${proc.exitCode} while starting\n--- output ---\n${spawned.output()}`)
     },
-    async waitForOutput(re, timeoutMs = 10_000) {
-      try {
-        return (await waitFor(() => out.match(re), { timeoutMs, what: `output matching ${re}` }))!
-      } catch (err) {
-        throw new Error(`${(err as Error).message}\n--- output ---\n${out}`)
-      }
-    },
-    async stop(signal = 'SIGTERM') {
-      if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal)
-      return exited
-    },
-  }
-  running.add(sp)
-  return sp
+  })
 }
 
-/** Kills (SIGKILL) every service process still running and waits for each to be gone. */
+/**
+ * A request to a service subprocess with `Authorization: Bearer <key>` (none when `key` is null),
+ * `body` sent as JSON; the answer's body parsed as JSON when it is JSON, else the text.
+ */
+export async function apiCall(sp: { url: string }, key: string | null, method: string, path: string, body?: unknown): Promise<{ status: number; headers: Headers; body: any }> {
+  const headers: Record<string, string> = {}
+  if (key !== null) headers.authorization = `Bearer ${key}`
+  if (body !== undefined) headers['content-type'] = 'application/json'
+  const res = await fetch(sp.url + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), tls: { rejectUnauthorized: false } })
+  const text = await res.text()
+  let parsed: any = text
+  try {
+    parsed = JSON.parse(text)
+  } catch {}
+  return { status: res.status, headers: res.headers, body: parsed }
+}
+
+/** Kills (SIGKILL) every process spawned here still running and waits for each to be gone. */
 export async function killAll(): Promise<void> {
   const left = [...running]
   for (const sp of left) sp.proc.kill('SIGKILL')

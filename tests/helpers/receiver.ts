@@ -1,45 +1,15 @@
-import type { Server, Subprocess } from 'bun'
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import type { Server } from 'bun'
+import { createCertificate, type Certificate } from './certificate'
 import { waitFor } from './harness'
+import { spawnProcess, type Spawned } from './process'
 
 /**
- * A scripted HTTPS webhook receiver for tests: a real `Bun.serve` with TLS on loopback, in the test
- * process. Each path answers from its own script, so one receiver serves many webhooks at once.
+ * HTTPS webhook receivers for tests, with a certificate for `localhost` (helpers/certificate.ts):
+ * - `startReceiver`: a real `Bun.serve` with TLS on loopback, in the test process, that records every
+ *   request and answers as scripted per path, or per a mode for the paths without a script (one
+ *   answer for all, or a function of the request and how many requests its delivery id had before);
+ * - `startReferenceReceiver`: examples/webhook-receiver.ts as a subprocess.
  */
-
-/** A self-signed certificate for CN and SAN `localhost`, made with openssl in a temp dir of its own. */
-export interface Certificate {
-  dir: string
-  certFile: string
-  keyFile: string
-  cert: string
-  key: string
-  remove(): void
-}
-
-export function createCertificate(): Certificate {
-  const dir = mkdtempSync(join(tmpdir(), 'ap-test-cert-'))
-  const certFile = join(dir, 'cert.pem')
-  const keyFile = join(dir, 'key.pem')
-  const openssl = Bun.spawnSync(
-    ['openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=localhost', '-addext', 'subjectAltName=DNS:localhost', '-keyout', keyFile, '-out', certFile],
-    { stdout: 'pipe', stderr: 'pipe' },
-  )
-  if (openssl.exitCode !== 0) {
-    rmSync(dir, { recursive: true, force: true })
-    throw new Error(`openssl failed: ${openssl.stderr.toString()}`)
-  }
-  return {
-    dir,
-    certFile,
-    keyFile,
-    cert: readFileSync(certFile, 'utf8'),
-    key: readFileSync(keyFile, 'utf8'),
-    remove: () => rmSync(dir, { recursive: true, force: true }),
-  }
-}
 
 /**
  * What the receiver does with one request:
@@ -50,15 +20,29 @@ export function createCertificate(): Certificate {
  */
 export type Answer = number | { status: number; headers?: Record<string, string>; body?: string } | 'hang' | 'close'
 
+/**
+ * The answer to a request on a path without a script: one answer for all, or a function of the
+ * request and of how many requests with the same delivery id came before it.
+ */
+export type Mode = Answer | ((req: ReceivedRequest, previous: number) => Answer)
+
 export interface ReceivedRequest {
-  /** `performance.now()` when the request arrived (for gaps between attempts). */
+  /** `performance.now()` on arrival: monotonic, for gaps between attempts. */
   at: number
+  /** `Date.now()` on arrival: wall clock, to compare with the service's timestamps. */
+  receivedAt: number
   method: string
   path: string
   /** Lower-cased names. */
   headers: Record<string, string>
   /** The raw body, exactly as received (what was signed). */
   body: string
+  /** `body` parsed (null when it is not JSON). */
+  json: any
+  /** `x-service-delivery-id` ('' when absent). */
+  deliveryId: string
+  /** `x-service-event` ('' when absent). */
+  event: string
   answer: Answer
 }
 
@@ -67,17 +51,22 @@ export interface Receiver {
   hostname: string
   /** `https://localhost:<port><path>`: the certificate is for `localhost`. */
   url(path: string): string
-  certFile: string
   /** Every request, in arrival order. */
   requests: ReceivedRequest[]
   requestsTo(path: string): ReceivedRequest[]
+  /** Requests per delivery id, each list in arrival order. */
+  byDelivery(): Map<string, ReceivedRequest[]>
   /**
    * The answers for `path`, one per request in order; the last one repeats once the others are used.
-   * Replaces the path's remaining script. A path never scripted answers 200.
+   * Replaces the path's remaining script.
    */
   script(path: string, answers: Answer[]): void
+  /** How requests on a path never scripted are answered; may be changed at any time. */
+  mode: Mode
   /** Requests answered `'hang'` still open (released when the sender gives up, or by `close()`). */
   hanging(): number
+  /** The delivery ids of those requests. */
+  hangingIds(): string[]
   /** Polls (no sleep) until `path` has received at least `count` requests. */
   waitForRequests(path: string, count: number, timeoutMs?: number): Promise<ReceivedRequest[]>
   /** Releases hanging requests, stops the server, and removes the certificate when it made its own. */
@@ -89,6 +78,8 @@ export interface ReceiverOptions {
   certificate?: Certificate
   /** The address to listen on; `localhost` must resolve to it first. Default 127.0.0.1. */
   hostname?: string
+  /** The initial `mode`. Default 200. */
+  mode?: Mode
 }
 
 function respond(answer: Exclude<Answer, 'hang' | 'close'>, path: string, n: number): Response {
@@ -112,12 +103,14 @@ export async function startReceiver(opts: ReceiverOptions = {}): Promise<Receive
   const hostname = opts.hostname ?? '127.0.0.1'
   const requests: ReceivedRequest[] = []
   const scripts = new Map<string, Answer[]>()
-  const counts = new Map<string, number>()
-  const hanging = new Set<() => void>()
+  const perPath = new Map<string, number>()
+  const perDelivery = new Map<string, number>()
+  /** release → the delivery id it holds */
+  const hanging = new Map<() => void, string>()
 
-  const next = (path: string): Answer => {
-    const script = scripts.get(path)
-    if (!script || script.length === 0) return 200
+  const next = (rec: ReceivedRequest, previous: number): Answer => {
+    const script = scripts.get(rec.path)
+    if (!script || script.length === 0) return typeof receiver.mode === 'function' ? receiver.mode(rec, previous) : receiver.mode
     return script.length > 1 ? script.shift()! : script[0]!
   }
 
@@ -125,14 +118,26 @@ export async function startReceiver(opts: ReceiverOptions = {}): Promise<Receive
     hostname,
     port: 0,
     tls: { cert: certificate.cert, key: certificate.key },
+    // A hanging request must outlive the sender's time-out; Bun's default idle time-out is 10 s.
+    idleTimeout: 0,
     async fetch(req) {
       const at = performance.now()
+      const receivedAt = Date.now()
       const path = new URL(req.url).pathname
       const body = await req.text()
-      const answer = next(path)
-      const n = (counts.get(path) ?? 0) + 1
-      counts.set(path, n)
-      requests.push({ at, method: req.method, path, headers: Object.fromEntries(req.headers), body, answer })
+      let json: any = null
+      try {
+        json = JSON.parse(body)
+      } catch {}
+      const headers = Object.fromEntries(req.headers)
+      const deliveryId = headers['x-service-delivery-id'] ?? ''
+      const rec: ReceivedRequest = { at, receivedAt, method: req.method, path, headers, body, json, deliveryId, event: headers['x-service-event'] ?? '', answer: 200 }
+      const previous = perDelivery.get(deliveryId) ?? 0
+      perDelivery.set(deliveryId, previous + 1)
+      const n = (perPath.get(path) ?? 0) + 1
+      perPath.set(path, n)
+      const answer = (rec.answer = next(rec, previous))
+      requests.push(rec)
       if (answer === 'close') return droppedConnection()
       if (answer === 'hang') {
         return new Promise<Response>((resolve) => {
@@ -140,7 +145,7 @@ export async function startReceiver(opts: ReceiverOptions = {}): Promise<Receive
             hanging.delete(release)
             resolve(new Response(null, { status: 503 }))
           }
-          hanging.add(release)
+          hanging.set(release, deliveryId)
           // The sender gave up (its time-out): nothing is waiting for the answer any more.
           req.signal.addEventListener('abort', release, { once: true })
         })
@@ -150,14 +155,24 @@ export async function startReceiver(opts: ReceiverOptions = {}): Promise<Receive
   })
   const port = server.port!
 
-  return {
+  const receiver: Receiver = {
     port,
     hostname,
     url: (path) => `https://localhost:${port}${path.startsWith('/') ? path : `/${path}`}`,
-    certFile: certificate.certFile,
     requests,
     requestsTo: (path) => requests.filter((r) => r.path === path),
+    byDelivery() {
+      const m = new Map<string, ReceivedRequest[]>()
+      for (const r of requests) {
+        const list = m.get(r.deliveryId)
+        if (list) list.push(r)
+        else m.set(r.deliveryId, [r])
+      }
+      return m
+    },
+    mode: opts.mode ?? 200,
     hanging: () => hanging.size,
+    hangingIds: () => [...hanging.values()],
     script(path, answers) {
       if (answers.length === 0) throw new Error('a script needs at least one answer')
       scripts.set(path, [...answers])
@@ -172,17 +187,20 @@ export async function startReceiver(opts: ReceiverOptions = {}): Promise<Receive
       }
     },
     async close() {
-      for (const release of [...hanging]) release()
+      for (const release of [...hanging.keys()]) release()
       await server.stop(true)
       if (ownCertificate) certificate.remove()
     },
   }
+  return receiver
 }
 
 /** examples/webhook-receiver.ts as a subprocess over HTTPS. */
 export interface ReferenceReceiver {
-  proc: Subprocess<'ignore', 'pipe', 'pipe'>
+  proc: Spawned['proc']
   port: number
+  /** Resolves once the process is gone and its output read. */
+  exited: Promise<number>
   stdout(): string
   /** Its `{"received": <delivery id>, "event": ...}` lines so far: one per delivery it processed. */
   received(): { received: string; event: string }[]
@@ -190,52 +208,42 @@ export interface ReferenceReceiver {
   stop(): Promise<void>
 }
 
-const root = join(import.meta.dir, '..', '..')
-
-export async function startReferenceReceiver(opts: { secret: string; certificate: Certificate; hostname?: string }): Promise<ReferenceReceiver> {
-  const proc = Bun.spawn(['bun', 'examples/webhook-receiver.ts'], {
-    cwd: root,
-    env: {
-      ...process.env,
-      WEBHOOK_SECRET: opts.secret,
-      PORT: '0',
-      HOST: opts.hostname ?? '127.0.0.1',
-      TLS_CERT_FILE: opts.certificate.certFile,
-      TLS_KEY_FILE: opts.certificate.keyFile,
-    },
-    stdin: 'ignore',
-    stdout: 'pipe',
-    stderr: 'pipe',
+/**
+ * Starts the reference receiver on `hostname` (default 127.0.0.1), a free port, and `certificate`,
+ * and waits for its "listening on" line. `secret` is its WEBHOOK_SECRET: several (a rotation) as an
+ * array, handed over comma-separated. A process that never starts is killed; `killAll()` (helpers/
+ * process.ts) also ends any still running.
+ */
+export async function startReferenceReceiver(opts: { secret: string | string[]; certificate: Certificate; hostname?: string }): Promise<ReferenceReceiver> {
+  const spawned = spawnProcess(['bun', 'examples/webhook-receiver.ts'], {
+    // A space after each comma, as a person may write it: the receiver trims each secret.
+    WEBHOOK_SECRET: typeof opts.secret === 'string' ? opts.secret : opts.secret.join(', '),
+    PORT: '0',
+    HOST: opts.hostname ?? '127.0.0.1',
+    TLS_CERT_FILE: opts.certificate.certFile,
+    TLS_KEY_FILE: opts.certificate.keyFile,
   })
-  let out = ''
-  let err = ''
-  const pump = async (stream: ReadableStream<Uint8Array>, add: (s: string) => void) => {
-    const decoder = new TextDecoder()
-    for await (const chunk of stream) add(decoder.decode(chunk, { stream: true }))
+  const stop = async () => {
+    await spawned.stop('SIGKILL')
   }
-  const drained = Promise.all([pump(proc.stdout, (s) => (out += s)), pump(proc.stderr, (s) => (err += s))]).catch(() => {})
-  const ref: ReferenceReceiver = {
-    proc,
-    port: 0,
-    stdout: () => out,
+  let listening: RegExpMatchArray
+  try {
+    listening = await spawned.waitForOutput(/^listening on https:\/\/[^\s]*:(\d+)\/?$/m, 15_000)
+  } catch (err) {
+    await stop()
+    throw new Error(`the reference receiver did not start: ${(err as Error).message}`)
+  }
+  return {
+    proc: spawned.proc,
+    port: Number(listening[1]),
+    exited: spawned.exited,
+    stdout: spawned.stdout,
     received: () =>
-      out
+      spawned
+        .stdout()
         .split('\n')
         .filter((l) => l.startsWith('{'))
         .map((l) => JSON.parse(l)),
-    async stop() {
-      proc.kill('SIGKILL')
-      await Promise.all([proc.exited, drained])
-    },
+    stop,
   }
-  const m = await waitFor(() => proc.exitCode !== null || out.match(/^listening on https:\/\/[^\s]*:(\d+)\/?$/m), {
-    timeoutMs: 15_000,
-    what: 'the reference receiver to print "listening on"',
-  }).catch(async (e) => {
-    await ref.stop()
-    throw new Error(`${(e as Error).message}\n--- stdout ---\n${out}\n--- stderr ---\n${err}`)
-  })
-  if (m === true) throw new Error(`the reference receiver exited with ${proc.exitCode}\n--- stdout ---\n${out}\n--- stderr ---\n${err}`)
-  ref.port = Number((m as RegExpMatchArray)[1])
-  return ref
 }
