@@ -31,15 +31,7 @@ export interface DeliveryRow {
   updated_at: Date
 }
 
-export interface NewDelivery {
-  id: string
-  webhook_id: string
-  event_id: string
-  event_type: string
-  data: Record<string, unknown>
-  status: DeliveryStatus
-  snapshot: Persisted<DeliveryContext>
-  machine_version: number
+export type NewDelivery = Pick<DeliveryRow, 'id' | 'webhook_id' | 'event_id' | 'event_type' | 'data' | 'status' | 'snapshot' | 'machine_version'> & {
   next_attempt_at: Date
 }
 

@@ -18,24 +18,14 @@ const IDLE_POLL_MS = 100
  * outbox without waiting on each other) and (event_id, webhook_id) is unique, so a crash between
  * insert and commit, or two workers, never make two deliveries of one event to one webhook.
  */
-export class FanOut {
-  private readonly loop: PollingLoop
-
+export class FanOut extends PollingLoop {
   constructor(private readonly d: { sql: Pool; config: Config; timers: Timers; log: Logger }) {
-    // A full batch means more may be waiting: go again at once.
-    this.loop = new PollingLoop('fan-out: dispatching outbox events', async () => (await this.tick()) >= BATCH, IDLE_POLL_MS, d.log)
+    super('fan-out: dispatching outbox events', IDLE_POLL_MS, d.log)
   }
 
-  start() {
-    this.loop.start()
-  }
-
-  nudge() {
-    this.loop.nudge()
-  }
-
-  async stop() {
-    await this.loop.stop()
+  /** A full batch means more may be waiting: go again at once. */
+  protected async step() {
+    return (await this.tick()) >= BATCH
   }
 
   /** Dispatches one batch of events; returns how many events it took. */

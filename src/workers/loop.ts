@@ -1,20 +1,22 @@
 import type { Logger } from 'pino'
 
 /**
- * A background loop: runs `tick` again at once while it reports more work, otherwise waits `idleMs`
- * or until `nudge()`. A failing tick is logged and retried after the idle wait, never fatal.
+ * A background loop: runs `step` again at once while it reports more work, otherwise waits `idleMs`
+ * or until `nudge()`. A failing step is logged and retried after the idle wait, never fatal.
  */
-export class PollingLoop {
+export abstract class PollingLoop {
   private running = false
   private wake: (() => void) | null = null
   private loop: Promise<void> | null = null
 
   constructor(
     private readonly what: string,
-    private readonly tick: () => Promise<boolean>,
     private readonly idleMs: number,
-    private readonly log: Logger,
+    protected readonly log: Logger,
   ) {}
+
+  /** One round of work; true when more is waiting. */
+  protected abstract step(): Promise<boolean>
 
   start() {
     this.running = true
@@ -37,7 +39,7 @@ export class PollingLoop {
     while (this.running) {
       let more = false
       try {
-        more = await this.tick()
+        more = await this.step()
       } catch (err) {
         this.log.error({ err }, `${this.what} failed`)
       }

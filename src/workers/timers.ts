@@ -47,16 +47,16 @@ const BATCH = 200
  */
 export const CLAIM_LEASE_MS = 10_000
 
-export class TimerLoop {
-  private readonly loop: PollingLoop
+export class TimerLoop extends PollingLoop {
   private readonly lateness: Histogram
 
   constructor(
     private readonly redis: RedisPort,
-    private readonly log: Logger,
+    log: Logger,
     metrics: Metrics,
     private readonly handlers: Record<string, TimerHandler>,
   ) {
+    super('timer loop: claiming or firing timers', IDLE_POLL_MS, log)
     this.lateness = new Histogram({
       name: 'timer_lateness_seconds',
       help: 'Time from a timer being due to a worker claiming it',
@@ -64,20 +64,10 @@ export class TimerLoop {
       buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
       registers: [metrics.registry],
     })
-    this.loop = new PollingLoop('timer loop: claiming or firing timers', async () => (await this.tick()) > 0, IDLE_POLL_MS, log)
   }
 
-  start() {
-    this.loop.start()
-  }
-
-  /** Something is due now (a delivery was just created): poll at once instead of at the next tick. */
-  nudge() {
-    this.loop.nudge()
-  }
-
-  async stop() {
-    await this.loop.stop()
+  protected async step() {
+    return (await this.tick()) > 0
   }
 
   private async tick(): Promise<number> {
