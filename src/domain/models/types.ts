@@ -1,0 +1,118 @@
+/**
+ * The gateway's own shapes: OpenAI's chat completion format (the spec's "common OpenAI-style chat
+ * format") is the lingua franca; every provider adapter maps to and from it.
+ */
+export type Role = 'system' | 'user' | 'assistant' | 'tool' | 'developer'
+
+export interface ToolCall {
+  id: string
+  type: 'function'
+  function: { name: string; arguments: string }
+}
+
+export interface ChatMessage {
+  role: Role
+  content: string | null
+  name?: string
+  tool_calls?: ToolCall[]
+  tool_call_id?: string
+}
+
+export interface ToolDefinition {
+  type: 'function'
+  function: { name: string; description?: string; parameters?: Record<string, unknown> }
+}
+
+export interface ChatRequest {
+  /** The upstream model name of the route being tried (not the catalogue id). */
+  model: string
+  messages: ChatMessage[]
+  temperature?: number
+  max_tokens?: number
+  tools?: ToolDefinition[]
+  tool_choice?: unknown
+  stop?: string | string[]
+  top_p?: number
+  user?: string
+}
+
+export interface Usage {
+  prompt_tokens: number
+  completion_tokens: number
+  total_tokens: number
+}
+
+export type FinishReason = 'stop' | 'length' | 'tool_calls' | 'content_filter'
+
+export interface ChatCompletion {
+  id: string
+  object: 'chat.completion'
+  created: number
+  model: string
+  choices: { index: number; message: ChatMessage; finish_reason: FinishReason | null }[]
+  usage: Usage
+}
+
+/** One streamed piece, in OpenAI's `chat.completion.chunk` form. */
+export interface ChatChunk {
+  id: string
+  object: 'chat.completion.chunk'
+  created: number
+  model: string
+  choices: {
+    index: number
+    delta: { role?: Role; content?: string | null; tool_calls?: (Partial<ToolCall> & { index: number; function?: { name?: string; arguments?: string } })[] }
+    finish_reason: FinishReason | null
+  }[]
+  usage?: Usage | null
+}
+
+export interface EmbeddingResult {
+  vectors: number[][]
+  tokens: number
+}
+
+export interface RerankResult {
+  results: { index: number; relevance_score: number }[]
+  tokens: number
+}
+
+/**
+ * What a provider must do. Every call takes an AbortSignal (client disconnect, time-out). Errors are
+ * `ProviderError` so the gateway can tell a reason to fail over (429, 5xx, time-out, network) from
+ * one to stop at (400, 401...).
+ */
+export interface Provider {
+  readonly id: string
+  readonly kind: 'openai' | 'anthropic' | 'local'
+  chat(req: ChatRequest, signal: AbortSignal): Promise<ChatCompletion>
+  /** Chunks as they come; the last carries `usage` when the upstream reports it. */
+  chatStream(req: ChatRequest, signal: AbortSignal): AsyncIterable<ChatChunk>
+  embed(model: string, inputs: string[], signal: AbortSignal): Promise<EmbeddingResult>
+  rerank(model: string, query: string, documents: string[], topN: number | undefined, signal: AbortSignal): Promise<RerankResult>
+  /** Largest batch of `embed` inputs one upstream request may carry. */
+  readonly maxEmbedBatch: number
+}
+
+export type FailoverReason = 'rate_limited' | 'server_error' | 'timeout' | 'network_error'
+
+export class ProviderError extends Error {
+  override name = 'ProviderError'
+  constructor(
+    message: string,
+    /** The upstream HTTP status, when there was one. */
+    readonly status: number | null,
+    /** Set when another route should be tried; null when the request itself is at fault. */
+    readonly failover: FailoverReason | null,
+    readonly retryAfterMs?: number,
+  ) {
+    super(message)
+  }
+}
+
+/** Classifies an upstream HTTP status for failover (CONTRACT 10: 429, 5xx; not 400/401). */
+export function failoverFor(status: number): FailoverReason | null {
+  if (status === 429) return 'rate_limited'
+  if (status >= 500) return 'server_error'
+  return null
+}
