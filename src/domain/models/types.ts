@@ -61,7 +61,7 @@ export interface ChatChunk {
   model: string
   choices: {
     index: number
-    delta: { role?: Role; content?: string | null; tool_calls?: (Partial<ToolCall> & { index: number; function?: { name?: string; arguments?: string } })[] }
+    delta: { role?: Role; content?: string | null; tool_calls?: { index: number; id?: string; type?: 'function'; function?: { name?: string; arguments?: string } }[] }
     finish_reason: FinishReason | null
   }[]
   usage?: Usage | null
@@ -113,6 +113,8 @@ export class ProviderError extends Error {
 /** Classifies an upstream HTTP status for failover (CONTRACT 10: 429, 5xx; not 400/401). */
 export function failoverFor(status: number): FailoverReason | null {
   if (status === 429) return 'rate_limited'
+  // 408 Request Timeout is the upstream's own time-out: another route may well answer.
+  if (status === 408) return 'timeout'
   if (status >= 500) return 'server_error'
   return null
 }

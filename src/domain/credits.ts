@@ -1,0 +1,112 @@
+import { AppError } from '../lib/errors'
+import type { Pool } from '../store/db'
+import * as store from '../store/credits'
+import { emit } from '../store/events'
+import type { Caller } from './access'
+import type { ModelSpec } from './models/catalog'
+import { access } from './workspaces'
+
+/**
+ * Credits (CONTRACT 10): every model call's tokens priced by the model's `pricing` (per 1 000 tokens),
+ * charged to the resolved workspace in a ledger, summed per period for budgets.
+ */
+export function price(model: Pick<ModelSpec, 'pricing'>, tokensIn: number, tokensOut: number): number {
+  const p = model.pricing ?? {}
+  const credits = (tokensIn / 1000) * (p.input_per_1k ?? 0) + (tokensOut / 1000) * (p.output_per_1k ?? 0)
+  // Six decimals: the ledger's precision; rounding here keeps the API's figure and the ledger's equal.
+  return Math.round(credits * 1e6) / 1e6
+}
+
+/**
+ * A hard limit answers 402 before the provider is called. Calls already in flight when the limit is
+ * reached still finish and are charged, so a period can end slightly over its budget.
+ */
+export async function checkBudget(sql: Pool, workspaceId: string, now = new Date()): Promise<void> {
+  const budget = await store.getBudget(sql, workspaceId)
+  if (!budget?.hard_limit) return
+  const used = await store.usedInPeriod(sql, workspaceId, now)
+  if (used >= Number(budget.credits)) {
+    throw new AppError('budget_exceeded', `workspace ${workspaceId} used ${used} of its ${Number(budget.credits)} credits this ${budget.period}; raise the budget or wait for the next period`)
+  }
+}
+
+/**
+ * Charges a call. The running total and every threshold it crosses are decided under the period
+ * row's lock, so each threshold's `credit.budget.threshold` event is written once per period, in the
+ * same transaction (the outbox delivers it after commit).
+ */
+export async function charge(sql: Pool, c: store.Charge, now = new Date()): Promise<{ crossed: number[] }> {
+  return sql.begin(async (tx) => {
+    const { after, fired } = await store.addCharge(tx, c, now)
+    const [budget] = await tx<store.BudgetRow[]>`select * from workspace_budgets where workspace_id = ${c.workspace_id}`
+    if (!budget) return { crossed: [] }
+    const total = Number(budget.credits)
+    // Once per threshold per period: a threshold already fired in this period never fires again.
+    const crossed = budget.thresholds.filter((t) => !fired.includes(t) && after >= (t / 100) * total)
+    if (crossed.length === 0) return { crossed }
+    await store.markThresholdsFired(tx, c.workspace_id, now, crossed)
+    for (const t of crossed) {
+      await emit(tx, c.workspace_id, 'credit.budget.threshold', {
+        workspace_id: c.workspace_id,
+        threshold_percent: t,
+        used_credits: after,
+        budget_credits: total,
+        period: budget.period,
+        period_start: store.periodStart(now),
+      })
+    }
+    return { crossed }
+  })
+}
+
+export interface BudgetInput {
+  credits: number
+  period: 'month'
+  thresholds: number[]
+  hard_limit: boolean
+}
+
+/** PUT /v1/workspaces/{id}/budget (admin): thresholds are percents of the budget, kept sorted. */
+export async function setBudget(sql: Pool, caller: Caller, workspaceId: string, input: BudgetInput): Promise<store.BudgetRow> {
+  await access(sql, caller, workspaceId, 'manage')
+  const thresholds = [...new Set(input.thresholds)].sort((a, b) => a - b)
+  return sql.begin((tx) => store.putBudget(tx, { workspace_id: workspaceId, credits: input.credits, period: input.period, thresholds, hard_limit: input.hard_limit }))
+}
+
+/** GET /v1/workspaces/{id}/usage: totals by model and by day over [from, to), and the budget's state. */
+export async function usage(sql: Pool, caller: Caller, workspaceId: string, from: Date, to: Date, now = new Date()) {
+  await access(sql, caller, workspaceId, 'read', true)
+  const rows = await store.usageByDayAndModel(sql, workspaceId, from, to)
+  const sum = (list: store.UsageRow[]) => ({
+    calls: list.reduce((n, r) => n + r.calls, 0),
+    tokens_in: list.reduce((n, r) => n + r.tokens_in, 0),
+    tokens_out: list.reduce((n, r) => n + r.tokens_out, 0),
+    credits: round(list.reduce((n, r) => n + Number(r.credits), 0)),
+  })
+  const group = (by: (r: store.UsageRow) => string) => {
+    const groups = new Map<string, store.UsageRow[]>()
+    for (const r of rows) groups.set(by(r), [...(groups.get(by(r)) ?? []), r])
+    return [...groups]
+  }
+  const budget = await store.getBudget(sql, workspaceId)
+  const used = await store.usedInPeriod(sql, workspaceId, now)
+  return {
+    workspace_id: workspaceId,
+    from: from.toISOString(),
+    to: to.toISOString(),
+    total: sum(rows),
+    by_model: group((r) => r.model).map(([model, list]) => ({ model, ...sum(list) })),
+    by_day: group((r) => r.day).map(([day, list]) => ({ day, ...sum(list), by_model: list.map((r) => ({ model: r.model, ...sum([r]) })) })),
+    budget: budget && {
+      credits: Number(budget.credits),
+      period: budget.period,
+      period_start: store.periodStart(now),
+      used: round(used),
+      remaining: round(Math.max(0, Number(budget.credits) - used)),
+      thresholds: budget.thresholds,
+      hard_limit: budget.hard_limit,
+    },
+  }
+}
+
+const round = (n: number) => Math.round(n * 1e6) / 1e6

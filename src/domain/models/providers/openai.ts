@@ -1,0 +1,177 @@
+import { countChatTokens, countTokens } from '../../../lib/tokens'
+import type { ResolvedProvider } from '../catalog'
+import type { ChatChunk, ChatCompletion, ChatRequest, EmbeddingResult, Provider, RerankResult, Usage } from '../types'
+import { isObject, malformed, postJson, postSse, type Upstream } from './upstream'
+
+/**
+ * Any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, LM Studio, DeepSeek...) on plain fetch.
+ * Where the upstream reports no usage (some compatible servers never do), tokens are counted with
+ * o200k_base (src/lib/tokens.ts): an estimate for non-OpenAI models, but it is what gets priced.
+ */
+
+/** OpenAI's own ceiling on inputs per embeddings request. */
+const DEFAULT_MAX_BATCH = 2048
+
+export class OpenAIProvider implements Provider {
+  readonly kind = 'openai' as const
+  readonly id: string
+  readonly maxEmbedBatch: number
+
+  constructor(private readonly p: ResolvedProvider) {
+    this.id = p.id
+    this.maxEmbedBatch = p.max_batch ?? DEFAULT_MAX_BATCH
+  }
+
+  private upstream(path: string, body: unknown, signal: AbortSignal): Upstream {
+    const headers: Record<string, string> = {}
+    if (this.p.key) headers.authorization = `Bearer ${this.p.key}`
+    return { provider: this.p, path, headers: { ...headers, ...this.p.headers }, body, signal }
+  }
+
+  async chat(req: ChatRequest, signal: AbortSignal): Promise<ChatCompletion> {
+    const json = await postJson(this.upstream('/chat/completions', chatBody(req), signal))
+    if (!isObject(json) || !Array.isArray(json.choices) || !json.choices.every((c) => isObject(c) && isObject(c.message))) {
+      throw malformed(this.p, 'no choices[].message in the chat completion')
+    }
+    const completion = json as ChatCompletion
+    completion.object ??= 'chat.completion'
+    completion.model ??= req.model
+    completion.created ??= Math.floor(Date.now() / 1000)
+    completion.usage = usageOf(completion.usage, req, () => completion.choices.map((c) => completionText(c.message)).join(''))
+    return completion
+  }
+
+  /**
+   * `stream_options.include_usage` asks for a last chunk with `choices: []` and the usage; servers
+   * that ignore it get one synthesised in the same shape, after their last chunk, so a consumer
+   * never waits on a held-back chunk to learn the usage.
+   */
+  async *chatStream(req: ChatRequest, signal: AbortSignal): AsyncIterable<ChatChunk> {
+    const events = postSse(this.upstream('/chat/completions', { ...chatBody(req), stream: true, stream_options: { include_usage: true } }, signal))
+    let usageSeen = false
+    let finished = false
+    let last: ChatChunk | undefined
+    const parts: string[] = []
+    let done = false
+    for await (const event of events) {
+      if (event.data === '[DONE]') {
+        done = true
+        break
+      }
+      let chunk: unknown
+      try {
+        chunk = JSON.parse(event.data)
+      } catch {
+        throw malformed(this.p, `an SSE event that is not JSON: ${event.data.slice(0, 80)}`)
+      }
+      // OpenAI reports a failure after the 200 as `data: {"error": {...}}`.
+      if (isObject(chunk) && isObject(chunk.error)) throw malformed(this.p, `error mid-stream: ${String(chunk.error.message ?? 'unknown')}`)
+      if (!isObject(chunk) || !Array.isArray(chunk.choices)) throw malformed(this.p, 'a chunk without choices')
+      const c = chunk as ChatChunk
+      last = c
+      if (c.usage) usageSeen = true
+      for (const choice of c.choices) {
+        if (choice.finish_reason) finished = true
+        if (choice.delta?.content) parts.push(choice.delta.content)
+        for (const t of choice.delta?.tool_calls ?? []) parts.push(t.function?.name ?? '', t.function?.arguments ?? '')
+      }
+      yield c
+    }
+    // A clean end without [DONE] or a finish_reason is a cut answer, not a complete one.
+    if (!done && !finished) throw malformed(this.p, 'the stream ended before [DONE]')
+    if (!usageSeen) {
+      yield {
+        id: last?.id ?? 'chatcmpl-usage',
+        object: 'chat.completion.chunk',
+        created: last?.created ?? Math.floor(Date.now() / 1000),
+        model: last?.model ?? req.model,
+        choices: [],
+        usage: usageOf(undefined, req, () => parts.join('')),
+      }
+    }
+  }
+
+  async embed(model: string, inputs: string[], signal: AbortSignal): Promise<EmbeddingResult> {
+    const vectors: number[][] = []
+    let tokens = 0
+    // The gateway batches already; this keeps the adapter within the upstream's limit on its own.
+    for (let i = 0; i < inputs.length; i += this.maxEmbedBatch) {
+      const batch = inputs.slice(i, i + this.maxEmbedBatch)
+      const json = await postJson(this.upstream('/embeddings', { model, input: batch }, signal))
+      const data = isObject(json) && Array.isArray(json.data) ? (json.data as unknown[]) : null
+      if (!data || data.length !== batch.length) throw malformed(this.p, `expected ${batch.length} embeddings, got ${data?.length ?? 'none'}`)
+      const ordered = new Array<number[]>(batch.length)
+      for (const [pos, d] of data.entries()) {
+        if (!isObject(d) || !Array.isArray(d.embedding)) throw malformed(this.p, 'an embedding that is not an array of numbers')
+        const index = typeof d.index === 'number' ? d.index : pos
+        if (index < 0 || index >= batch.length || ordered[index]) throw malformed(this.p, `embedding index ${index} is out of range or repeated`)
+        ordered[index] = d.embedding as number[]
+      }
+      vectors.push(...ordered)
+      const usage = (json as { usage?: { prompt_tokens?: number; total_tokens?: number } }).usage
+      tokens += usage?.prompt_tokens ?? usage?.total_tokens ?? batch.reduce((n, s) => n + countTokens(s), 0)
+    }
+    return { vectors, tokens }
+  }
+
+  /**
+   * The Jina/Cohere/Voyage `/rerank` shape: `{model, query, documents, top_n}` answered by `results`
+   * (Jina, Cohere) or `data` (Voyage) of `{index, relevance_score}`; a bare array of `{index, score}`
+   * (Hugging Face TEI) is read too.
+   */
+  async rerank(model: string, query: string, documents: string[], topN: number | undefined, signal: AbortSignal): Promise<RerankResult> {
+    const body: Record<string, unknown> = { model, query, documents }
+    if (topN !== undefined) body.top_n = topN
+    const json = await postJson(this.upstream('/rerank', body, signal))
+    const list = Array.isArray(json) ? json : isObject(json) ? (json.results ?? json.data) : undefined
+    if (!Array.isArray(list)) throw malformed(this.p, 'no results in the rerank answer')
+    const results = list.map((r: unknown) => {
+      const score = isObject(r) ? (r.relevance_score ?? r.score) : undefined
+      if (!isObject(r) || typeof r.index !== 'number' || r.index < 0 || r.index >= documents.length || typeof score !== 'number') {
+        throw malformed(this.p, 'a rerank result without index and relevance_score')
+      }
+      return { index: r.index, relevance_score: score }
+    })
+    results.sort((a, b) => b.relevance_score - a.relevance_score)
+    if (topN !== undefined) results.splice(topN)
+    return { results, tokens: rerankTokens(json, query, documents) }
+  }
+}
+
+/** Only the fields of ChatRequest, so nothing the gateway carries along (`stream`...) leaks upstream. */
+function chatBody(req: ChatRequest): Record<string, unknown> {
+  const body: Record<string, unknown> = { model: req.model, messages: req.messages }
+  for (const k of ['temperature', 'max_tokens', 'tools', 'tool_choice', 'stop', 'top_p', 'user'] as const) {
+    if (req[k] !== undefined) body[k] = req[k]
+  }
+  return body
+}
+
+function completionText(m: { content: string | null; tool_calls?: { function: { name: string; arguments: string } }[] }): string {
+  return (m.content ?? '') + (m.tool_calls ?? []).map((t) => t.function.name + t.function.arguments).join('')
+}
+
+/** The upstream's usage when it has the two counts; else counted (prompt from the request). */
+export function usageOf(reported: Partial<Usage> | null | undefined, req: ChatRequest, completion: () => string): Usage {
+  if (typeof reported?.prompt_tokens === 'number' && typeof reported.completion_tokens === 'number') {
+    return { ...reported, prompt_tokens: reported.prompt_tokens, completion_tokens: reported.completion_tokens, total_tokens: reported.total_tokens ?? reported.prompt_tokens + reported.completion_tokens }
+  }
+  const prompt = countChatTokens(req.messages)
+  const out = countTokens(completion())
+  return { prompt_tokens: prompt, completion_tokens: out, total_tokens: prompt + out }
+}
+
+/**
+ * Jina and Voyage report `usage.total_tokens`; Cohere bills rerank in search units
+ * (`meta.billed_units.search_units`), not tokens, so its answer is counted like an unreported one.
+ */
+function rerankTokens(json: unknown, query: string, documents: string[]): number {
+  if (isObject(json)) {
+    const usage = json.usage
+    if (isObject(usage) && typeof usage.total_tokens === 'number') return usage.total_tokens
+    const billed = isObject(json.meta) ? json.meta.billed_units : undefined
+    if (isObject(billed) && typeof billed.input_tokens === 'number') return billed.input_tokens + (typeof billed.output_tokens === 'number' ? billed.output_tokens : 0)
+  }
+  // Each document is scored against the query, so the query is read once per document.
+  return documents.reduce((n, d) => n + countTokens(query) + countTokens(d), 0)
+}

@@ -1,0 +1,177 @@
+import { createParser, type EventSourceMessage } from 'eventsource-parser'
+import type { ResolvedProvider } from '../catalog'
+import { failoverFor, ProviderError } from '../types'
+
+/**
+ * The HTTP plumbing both remote adapters share: one POST under a deadline, the status → ProviderError
+ * mapping, and an SSE reader. Errors are classified so the gateway can fail over:
+ * - the caller's signal aborted (client gone): its own reason is rethrown, never a ProviderError, so
+ *   nothing fails over for a client that left;
+ * - the deadline fired: ProviderError(…, null, 'timeout');
+ * - fetch threw otherwise (refused, reset, DNS): ProviderError(…, null, 'network_error');
+ * - an HTTP status ≥ 400: ProviderError(upstream message, status, failoverFor(status), retry-after).
+ * The API key is scrubbed from every message: some upstreams echo what they were sent.
+ */
+
+export const DEFAULT_TIMEOUT_MS = 60_000
+/** Enough of an upstream's error message to act on; some send whole HTML pages with a 502. */
+const MAX_MESSAGE = 300
+/** One SSE event's ceiling: a chunk is a few hundred bytes, a whole tool call's arguments at most a few MB. */
+const MAX_EVENT = 8 * 1024 * 1024
+
+export interface Upstream {
+  provider: ResolvedProvider
+  path: string
+  headers: Record<string, string>
+  body: unknown
+  signal: AbortSignal
+}
+
+/**
+ * A time-out that can be re-armed: a plain `AbortSignal.timeout` cannot, and streams need an idle
+ * time-out that restarts with every piece the upstream sends.
+ */
+class Deadline {
+  private readonly ctl = new AbortController()
+  private timer: ReturnType<typeof setTimeout> | undefined
+  fired = false
+  constructor(private readonly ms: number) {
+    this.arm()
+  }
+  get signal(): AbortSignal {
+    return this.ctl.signal
+  }
+  arm(): void {
+    clearTimeout(this.timer)
+    this.timer = setTimeout(() => {
+      this.fired = true
+      this.ctl.abort(new DOMException(`no answer within ${this.ms} ms`, 'TimeoutError'))
+    }, this.ms)
+  }
+  clear(): void {
+    clearTimeout(this.timer)
+  }
+}
+
+/** The caller's reason when it aborted, else the ProviderError the failure stands for. */
+function classify(err: unknown, p: ResolvedProvider, caller: AbortSignal, deadline: Deadline, what: string): unknown {
+  // The caller first: once it has left, nothing it is told may trigger a failover.
+  if (caller.aborted) return caller.reason instanceof Error ? caller.reason : new DOMException('The operation was aborted.', 'AbortError')
+  if (err instanceof ProviderError) return err
+  const ms = p.timeout_ms ?? DEFAULT_TIMEOUT_MS
+  if (deadline.fired) return new ProviderError(`${p.id}: ${what} timed out after ${ms} ms`, null, 'timeout')
+  const code = (err as { code?: string } | null)?.code
+  const detail = scrub(code ?? (err as Error)?.message ?? String(err), p.key)
+  return new ProviderError(`${p.id}: ${what} failed: ${detail}`, null, 'network_error')
+}
+
+export function scrub(text: string, key: string | null): string {
+  return key ? text.split(key).join('***') : text
+}
+
+/** `retry-after-ms` (OpenAI's) first, then `retry-after` as seconds or an HTTP date. */
+export function retryAfterMs(headers: Headers): number | undefined {
+  const ms = Number(headers.get('retry-after-ms'))
+  if (headers.has('retry-after-ms') && Number.isFinite(ms) && ms >= 0) return ms
+  const value = headers.get('retry-after')
+  if (!value) return undefined
+  const seconds = Number(value)
+  if (Number.isFinite(seconds) && seconds >= 0) return seconds * 1000
+  const at = Date.parse(value)
+  return Number.isNaN(at) ? undefined : Math.max(0, at - Date.now())
+}
+
+/**
+ * OpenAI `{error:{message}}`, Anthropic `{type:'error', error:{type, message}}`, Ollama and friends
+ * `{error:"..."}`, Cohere `{message}`; anything else is quoted raw.
+ */
+function upstreamMessage(text: string): string {
+  try {
+    const json = JSON.parse(text) as any
+    const m = json?.error?.message ?? (typeof json?.error === 'string' ? json.error : undefined) ?? json?.message ?? json?.detail
+    if (typeof m === 'string' && m) return m
+  } catch {}
+  return text.trim() || '(empty body)'
+}
+
+async function errorFor(res: Response, p: ResolvedProvider): Promise<ProviderError> {
+  const text = await res.text().catch(() => '')
+  let message = scrub(upstreamMessage(text), p.key)
+  if (message.length > MAX_MESSAGE) message = `${message.slice(0, MAX_MESSAGE)}…`
+  return new ProviderError(`${p.id}: upstream answered ${res.status}: ${message}`, res.status, failoverFor(res.status), retryAfterMs(res.headers))
+}
+
+function send(u: Upstream, signal: AbortSignal): Promise<Response> {
+  return fetch(`${u.provider.base_url}${u.path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'application/json', ...u.headers },
+    body: JSON.stringify(u.body),
+    signal,
+  })
+}
+
+/** One JSON request; the time-out covers the whole exchange, body included. */
+export async function postJson(u: Upstream): Promise<unknown> {
+  const deadline = new Deadline(u.provider.timeout_ms ?? DEFAULT_TIMEOUT_MS)
+  try {
+    const res = await send(u, AbortSignal.any([u.signal, deadline.signal]))
+    if (!res.ok) throw await errorFor(res, u.provider)
+    const text = await res.text()
+    try {
+      return JSON.parse(text)
+    } catch {
+      throw malformed(u.provider, 'the answer is not JSON')
+    }
+  } catch (err) {
+    throw classify(err, u.provider, u.signal, deadline, `POST ${u.path}`)
+  } finally {
+    deadline.clear()
+  }
+}
+
+/** A 200 whose body is not what the protocol promises: the upstream is broken, try another route. */
+export function malformed(p: ResolvedProvider, what: string): ProviderError {
+  return new ProviderError(`${p.id}: malformed upstream answer: ${what}`, null, 'server_error')
+}
+
+/**
+ * The events of an SSE answer. `timeout_ms` bounds the wait for the response headers and then each
+ * gap between two pieces of the body (an idle time-out), not the whole stream: a long answer that
+ * keeps flowing must not be cut at 60 s, but one that stalls mid-way must end. Stopping early (the
+ * consumer's `return()`) aborts the request, which closes the upstream connection.
+ */
+export async function* postSse(u: Upstream): AsyncGenerator<EventSourceMessage> {
+  const deadline = new Deadline(u.provider.timeout_ms ?? DEFAULT_TIMEOUT_MS)
+  const own = new AbortController()
+  const signal = AbortSignal.any([u.signal, deadline.signal, own.signal])
+  let finished = false
+  try {
+    const res = await send({ ...u, headers: { ...u.headers, accept: 'text/event-stream' } }, signal)
+    if (!res.ok) throw await errorFor(res, u.provider)
+    if (!res.body) throw malformed(u.provider, 'no body')
+    const queue: EventSourceMessage[] = []
+    let overflow = false
+    const parser = createParser({ maxBufferSize: MAX_EVENT, onEvent: (e) => queue.push(e), onError: (e) => (overflow ||= e.type === 'max-buffer-size-exceeded') })
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader()
+    for (;;) {
+      // Armed only while waiting on the upstream: a slow consumer between two yields is not a stall.
+      deadline.arm()
+      const { done, value } = await reader.read()
+      deadline.clear()
+      if (done) break
+      parser.feed(value)
+      if (overflow) throw malformed(u.provider, `an event larger than ${MAX_EVENT} characters`)
+      for (const e of queue.splice(0)) yield e
+    }
+    finished = true
+  } catch (err) {
+    throw classify(err, u.provider, u.signal, deadline, `stream from POST ${u.path}`)
+  } finally {
+    deadline.clear()
+    if (!finished) own.abort()
+  }
+}
+
+export function isObject(v: unknown): v is Record<string, any> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v)
+}
