@@ -6,6 +6,8 @@ import { machineRoutes } from './routes/machines'
 import { opsRoutes } from './routes/ops'
 import { conventions } from './routes/plugins/conventions'
 import { webhookRoutes } from './routes/webhooks'
+import { modelRoutes } from './routes/models'
+import { usageRoutes } from './routes/usage'
 import { workspaceRoutes } from './routes/workspaces'
 
 const documentation = {
@@ -24,6 +26,9 @@ const documentation = {
     { name: 'api-keys', description: 'Issuing, listing and revoking API keys' },
     { name: 'webhooks', description: 'Signed event delivery to HTTPS receivers, delivery records and redelivery' },
     { name: 'machines', description: 'The state machines behind the API, described from their XState definitions, with Mermaid diagrams' },
+    { name: 'models', description: 'LLM chat, embeddings and rerank through the gateway (failover, credits)' },
+    { name: 'openai', description: 'OpenAI-compatible drop-ins: the official SDKs work with baseURL set to <base>/v1' },
+    { name: 'usage', description: 'Credits used and budgets' },
     { name: 'operations', description: 'Health, readiness and metrics (no authentication)' },
   ],
 }
@@ -37,7 +42,7 @@ export function buildApp(deps: Deps) {
     .use(conventions(deps))
     .use(docsRoutes(documentation))
     .use(opsRoutes(deps))
-    .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(machineRoutes(deps)).use(webhookRoutes(deps)))
+    .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(machineRoutes(deps)).use(webhookRoutes(deps)).use(modelRoutes(deps)).use(usageRoutes(deps)))
   return app
 }
 

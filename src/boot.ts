@@ -2,6 +2,8 @@ import pino, { type Logger } from 'pino'
 import type { Config } from './config'
 import type { Deps } from './deps'
 import { ApiKeys } from './domain/api-keys'
+import { loadCatalog } from './domain/models/catalog'
+import { createGateway } from './domain/models'
 import { createMetrics } from './lib/metrics'
 import { loadSecretKey, SecretBox } from './lib/secret-box'
 import { openEmbedded, openPostgres, type Database } from './store/db'
@@ -68,6 +70,8 @@ export function flushLogs() {
  */
 export async function openDeps(config: Config, opts: { db?: Database; redis?: RedisPort; log?: Logger; defaultMetrics?: boolean } = {}): Promise<Deps> {
   const log = opts.log ?? createLogger(config.logLevel)
+  // Before the store opens: a bad MODELS_FILE stops start-up at once, naming the bad field.
+  const catalog = loadCatalog(config.modelsFile)
   const db = opts.db ?? (config.databaseUrl ? openPostgres(config.databaseUrl, config.databasePoolMax) : await openEmbedded({ dataDir: config.dataDir }))
   try {
     await migrate(db.sql)
@@ -77,6 +81,7 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
     if (secret.generated) log.info({ file: secret.file }, 'SECRET_KEY is unset: generated one (keep this file; every process of a deployment must share it)')
     const apiKeys = new ApiKeys(db.sql, redis)
     await apiKeys.start()
+    const events = { nudge: () => {} }
     return {
       config,
       db,
@@ -87,7 +92,8 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
       metrics: createMetrics({ defaults: opts.defaultMetrics }),
       secretBox: new SecretBox(secret.key),
       timers: new Timers(redis),
-      events: { nudge: () => {} },
+      events,
+      models: createGateway({ sql: db.sql, log, catalog, nudgeEvents: () => events.nudge() }),
     }
   } catch (err) {
     if (!opts.db) await db.close().catch(() => {})

@@ -2,6 +2,7 @@ import type { Logger } from 'pino'
 import type { AccessEntry } from './boot'
 import type { Config } from './config'
 import type { ApiKeys } from './domain/api-keys'
+import type { Gateway } from './domain/models/gateway'
 import type { Metrics } from './lib/metrics'
 import type { Database } from './store/db'
 import type { SecretBox } from './lib/secret-box'
@@ -24,4 +25,6 @@ export interface Deps {
   timers: Timers
   /** `nudge()` after committing outbox events wakes this process' fan-out worker, if it runs one. */
   events: { nudge: () => void }
+  /** The model gateway: catalogue, providers, failover, credits. */
+  models: Gateway
 }

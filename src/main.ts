@@ -3,6 +3,7 @@ import { buildApp } from './app'
 import { closeDeps, createLogger, flushLogs, openDeps } from './boot'
 import { ConfigError, loadConfig } from './config'
 import type { Deps } from './deps'
+import { CatalogError } from './domain/models/catalog'
 import { DataDirLockedError } from './store/db'
 import { startWorkers } from './workers'
 
@@ -30,6 +31,10 @@ async function main() {
     if (err instanceof DataDirLockedError) {
       log.fatal(err.message)
       exit(3)
+    }
+    if (err instanceof CatalogError) {
+      console.error(err.message)
+      exit(2)
     }
     log.fatal({ err }, 'start-up failed')
     exit(1)

@@ -1,0 +1,160 @@
+import { Elysia, t } from 'elysia'
+import type { Deps } from '../deps'
+import type { CallContext } from '../domain/models/gateway'
+import type { ChatChunk } from '../domain/models/types'
+import { resolveWorkspaceId, access } from '../domain/workspaces'
+import type { Caller } from '../domain/access'
+import { errors } from './common.model'
+import {
+  ChatBody, ChatCompletionView, EmbeddingsBody, EmbeddingsView, ModelView, OpenAIChatBody, OpenAIEmbeddingsBody, RerankBody, RerankView,
+  toMessages, toModel,
+} from './models.model'
+import { authenticated } from './plugins/auth'
+import { errorEvent, sseResponse, type SseEvent } from './plugins/sse'
+
+const tags = ['models']
+
+type ChatInput = typeof ChatBody.static | typeof OpenAIChatBody.static
+
+/**
+ * Spec 4.5 and the OpenAI drop-ins (CONTRACT 6). Every call is charged to the resolved workspace
+ * (CONTRACT 3), which the caller must be allowed to `use`.
+ */
+export function modelRoutes(deps: Deps) {
+  const gateway = deps.models
+  const sql = deps.db.sql
+
+  async function context(caller: Caller, requestId: string, explicit: string | undefined, header: string | undefined): Promise<CallContext> {
+    const workspaceId = await resolveWorkspaceId(sql, caller, explicit, header)
+    await access(sql, caller, workspaceId, 'use')
+    return { workspaceId, requestId }
+  }
+
+  function chatRequest(body: ChatInput) {
+    return {
+      messages: toMessages(body.messages),
+      temperature: body.temperature,
+      max_tokens: body.max_tokens,
+      tools: body.tools,
+      tool_choice: body.tool_choice,
+      stop: body.stop,
+      top_p: body.top_p,
+      user: body.user,
+    }
+  }
+
+  /** OpenAI's stream format: `data: <chunk>` lines, `data: [DONE]` at the end, an `error` event on failure. */
+  async function* chunks(ctx: CallContext, source: AsyncIterable<ChatChunk>, includeUsage: boolean): AsyncGenerator<SseEvent> {
+    try {
+      for await (const chunk of source) {
+        if (chunk.choices.length === 0 && !includeUsage) continue
+        yield { data: JSON.stringify(chunk) }
+      }
+      yield { data: '[DONE]' }
+    } catch (err) {
+      yield errorEvent(ctx.requestId, err)
+    }
+  }
+
+  /** Typed as the JSON answer for the schema; with `stream: true` it is the SSE Response itself. */
+  async function chat(caller: Caller, requestId: string, body: ChatInput, workspace: string | undefined, header: string | undefined, request: Request, set: { headers: Record<string, string | number> }, route: string, includeUsageDefault: boolean): Promise<typeof ChatCompletionView.static> {
+    const model = gateway.model(body.model, 'llm')
+    const ctx = await context(caller, requestId, workspace, header)
+    const req = chatRequest(body)
+    if (body.stream) {
+      const abort = new AbortController()
+      const stream = gateway.chatStream(ctx, model, req, abort.signal)
+      // The first chunk is awaited here, so that an error before any byte (unknown route, budget,
+      // every route failed) is an ordinary JSON error answer, not a broken stream.
+      const first = await stream.next()
+      const rest: AsyncIterable<ChatChunk> = {
+        async *[Symbol.asyncIterator]() {
+          if (!first.done) yield first.value
+          yield* { [Symbol.asyncIterator]: () => stream }
+        },
+      }
+      return sseResponse(deps, request, set, route, chunks(ctx, rest, body.stream_options?.include_usage ?? includeUsageDefault), abort) as never
+    }
+    const completion = await gateway.chat(ctx, model, req, request.signal ?? new AbortController().signal)
+    const { credits, ...rest } = completion
+    return { request_id: requestId, ...rest, choices: rest.choices as never, usage: { ...completion.usage, credits } }
+  }
+
+  async function embeddings(caller: Caller, requestId: string, model: string, input: string[], workspace: string | undefined, header: string | undefined, signal: AbortSignal) {
+    const spec = gateway.model(model, 'embedding')
+    const ctx = await context(caller, requestId, workspace, header)
+    return { spec, ...(await gateway.embed(ctx, spec, input, signal)) }
+  }
+
+  return new Elysia({ name: 'routes.models' })
+    .use(authenticated(deps))
+    .get('/models', ({ requestId, query }) => {
+      const data = gateway.list().filter((m) => (!query.type || m.type === query.type) && (!query.vendor || m.vendor === query.vendor)).map(toModel)
+      return { request_id: requestId, object: 'list' as const, data }
+    }, {
+      query: t.Object({ type: t.Optional(t.UnionEnum(['llm', 'embedding', 'rerank'], { default: undefined })), vendor: t.Optional(t.String({ maxLength: 64 })) }, { additionalProperties: false }),
+      response: { 200: t.Object({ request_id: t.String(), object: t.Literal('list'), data: t.Array(ModelView) }), ...errors() },
+      detail: { tags, summary: 'List the models of the catalogue (MODELS_FILE merged over the built-in local models)' },
+    })
+    .post('/models/llm/chat', ({ caller, requestId, body, headers, request, set, route }) =>
+      chat(caller, requestId, body, body.workspace_id, headers['x-workspace-id'], request, set, route, true), {
+      body: ChatBody,
+      parse: 'json',
+      response: { 200: ChatCompletionView, ...errors(402, 403, 404, 502, 504) },
+      detail: { tags, summary: 'Chat with an LLM (OpenAI chat.completion; server-sent events with stream: true)' },
+    })
+    .post('/models/embeddings', async ({ caller, requestId, body, headers, request }) => {
+      const r = await embeddings(caller, requestId, body.model, body.input, body.workspace_id, headers['x-workspace-id'], request.signal)
+      return { request_id: requestId, model: r.spec.id, data: r.vectors.map((embedding, index) => ({ embedding, index })), usage: { tokens: r.tokens, credits: r.credits } }
+    }, {
+      body: EmbeddingsBody,
+      parse: 'json',
+      response: { 200: EmbeddingsView, ...errors(402, 403, 404, 502, 504) },
+      detail: { tags, summary: 'Embed texts (order kept by index; batches split to the provider\'s limit)' },
+    })
+    .post('/models/rerank', async ({ caller, requestId, body, headers, request }) => {
+      const model = gateway.model(body.model, 'rerank')
+      const ctx = await context(caller, requestId, body.workspace_id, headers['x-workspace-id'])
+      const r = await gateway.rerank(ctx, model, body.query, body.documents, body.top_n, request.signal)
+      return { request_id: requestId, model: model.id, results: r.results, usage: { tokens: r.tokens, credits: r.credits } }
+    }, {
+      body: RerankBody,
+      parse: 'json',
+      response: { 200: RerankView, ...errors(402, 403, 404, 502, 504) },
+      detail: { tags, summary: 'Rerank documents against a query (CONTRACT 10 shape)' },
+    })
+    .post('/chat/completions', ({ caller, requestId, body, headers, request, set, route }) =>
+      chat(caller, requestId, body, undefined, headers['x-workspace-id'], request, set, route, false), {
+      body: OpenAIChatBody,
+      parse: 'json',
+      response: { 200: ChatCompletionView, ...errors(402, 403, 404, 502, 504) },
+      detail: { tags: ['openai'], summary: 'OpenAI drop-in: chat completions (the official SDK works with baseURL set to /v1)' },
+    })
+    .post('/embeddings', async ({ caller, requestId, body, headers, request }) => {
+      const input = typeof body.input === 'string' ? [body.input] : body.input
+      const r = await embeddings(caller, requestId, body.model, input, undefined, headers['x-workspace-id'], request.signal)
+      // The SDK asks for base64 by default: little-endian float32, as OpenAI sends.
+      const encode = (v: number[]) => (body.encoding_format === 'base64' ? Buffer.from(new Float32Array(v).buffer).toString('base64') : v)
+      return {
+        request_id: requestId,
+        object: 'list' as const,
+        model: r.spec.id,
+        data: r.vectors.map((v, index) => ({ object: 'embedding' as const, embedding: encode(v), index })),
+        usage: { prompt_tokens: r.tokens, total_tokens: r.tokens, credits: r.credits },
+      }
+    }, {
+      body: OpenAIEmbeddingsBody,
+      parse: 'json',
+      response: {
+        200: t.Object({
+          request_id: t.String(),
+          object: t.Literal('list'),
+          model: t.String(),
+          data: t.Array(t.Object({ object: t.Literal('embedding'), embedding: t.Union([t.Array(t.Number()), t.String()]), index: t.Integer() })),
+          usage: t.Object({ prompt_tokens: t.Integer(), total_tokens: t.Integer(), credits: t.Number() }),
+        }),
+        ...errors(402, 403, 404, 502, 504),
+      },
+      detail: { tags: ['openai'], summary: 'OpenAI drop-in: embeddings (float or base64)' },
+    })
+}

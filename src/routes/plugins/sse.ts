@@ -1,0 +1,79 @@
+import type { Deps } from '../../deps'
+import { AppError, errorBody } from '../../lib/errors'
+import { stateOf } from './request-state'
+
+export interface SseEvent {
+  /** The `event:` line; omitted for plain `data:` messages (OpenAI's stream format). */
+  event?: string
+  data: string
+}
+
+const encoder = new TextEncoder()
+
+/**
+ * A server-sent events answer. Pulled, not pushed: the next event is produced only when the client
+ * has taken the previous one, so a slow client slows the upstream instead of filling memory. The
+ * client going away (`cancel`, or the request's own signal) aborts `abort`, which the producer passes
+ * to the upstream call. The conventions' headers (request id, rate limit, security) are kept. A
+ * streamed answer cannot be replayed byte for byte, so its Idempotency-Key is released at the end:
+ * it guards against a concurrent duplicate, not a later one.
+ */
+export function sseResponse(
+  deps: Deps,
+  request: Request,
+  set: { headers: Record<string, string | number> },
+  route: string,
+  events: AsyncIterable<SseEvent>,
+  abort: AbortController,
+): Response {
+  const state = stateOf(request)
+  const iterator = events[Symbol.asyncIterator]()
+  const onAbort = () => abort.abort()
+  request.signal?.addEventListener('abort', onAbort, { once: true })
+  let ended = false
+  const end = () => {
+    if (ended) return
+    ended = true
+    request.signal?.removeEventListener('abort', onAbort)
+    const seconds = (performance.now() - state.start) / 1000
+    deps.metrics.observe(request.method, route, 200, seconds)
+    deps.access({ request_id: state.id, method: request.method, path: state.path, route, status: 200, ms: Math.round(seconds * 10000) / 10 })
+    if (state.idem) {
+      const key = state.idem.key
+      state.idem = undefined
+      deps.redis.del(key).catch(() => {})
+    }
+  }
+  const body = new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      try {
+        const { value, done } = await iterator.next()
+        if (done) {
+          end()
+          controller.close()
+          return
+        }
+        controller.enqueue(encoder.encode(`${value.event ? `event: ${value.event}\n` : ''}data: ${value.data}\n\n`))
+      } catch (err) {
+        end()
+        controller.error(err)
+      }
+    },
+    async cancel() {
+      abort.abort()
+      end()
+      await iterator.return?.(undefined)
+    },
+  })
+  const headers = new Headers(set.headers as Record<string, string>)
+  headers.set('content-type', 'text/event-stream; charset=utf-8')
+  headers.set('cache-control', 'no-cache')
+  headers.set('x-accel-buffering', 'no')
+  return new Response(body, { status: 200, headers })
+}
+
+/** An error after the first byte: the stream's last event (CONTRACT 2's body in an `error` event). */
+export function errorEvent(requestId: string, err: unknown): SseEvent {
+  const e = err instanceof AppError ? err : new AppError('upstream_error', 'the model stream failed')
+  return { event: 'error', data: JSON.stringify(errorBody(requestId, e)) }
+}
