@@ -39,7 +39,7 @@ const chatFields = {
   max_tokens: t.Optional(t.Integer({ minimum: 1, maximum: 1_000_000 })),
   stream: t.Optional(t.Boolean({ description: 'true: OpenAI-style server-sent events ending with data: [DONE]' })),
   tools: t.Optional(t.Array(Tool, { maxItems: 128 })),
-  tool_choice: t.Optional(t.Union([t.UnionEnum(['none', 'auto', 'required']), t.Object({ type: t.Literal('function'), function: t.Object({ name: t.String() }) })])),
+  tool_choice: t.Optional(t.Union([t.UnionEnum(['none', 'auto', 'required'], { default: undefined }), t.Object({ type: t.Literal('function'), function: t.Object({ name: t.String() }) })])),
   stop: t.Optional(t.Union([t.String(), t.Array(t.String(), { maxItems: 4 })])),
   top_p: t.Optional(t.Number({ minimum: 0, maximum: 1 })),
   user: t.Optional(t.String({ maxLength: 256 })),
@@ -52,7 +52,7 @@ export const ChatBody = t.Object(
 )
 
 /** The OpenAI drop-in accepts the SDK's other parameters and ignores those it does not use. */
-export const OpenAIChatBody = t.Object(chatFields, { additionalProperties: true })
+export const OpenAIChatBody = t.Object({ ...chatFields, workspace_id: WorkspaceId }, { additionalProperties: true })
 
 const Input = t.Array(t.String({ maxLength: 1_000_000 }), { minItems: 1, maxItems: 4096 })
 export const EmbeddingsBody = t.Object(
@@ -66,6 +66,7 @@ export const OpenAIEmbeddingsBody = t.Object(
     encoding_format: t.Optional(t.UnionEnum(['float', 'base64'], { default: undefined })),
     dimensions: t.Optional(t.Integer({ minimum: 1 })),
     user: t.Optional(t.String()),
+    workspace_id: WorkspaceId,
   },
   { additionalProperties: true },
 )

@@ -75,9 +75,17 @@ export function modelRoutes(deps: Deps) {
       }
       return sseResponse(deps, request, set, route, chunks(ctx, rest, body.stream_options?.include_usage ?? includeUsageDefault), abort) as never
     }
-    const completion = await gateway.chat(ctx, model, req, request.signal ?? new AbortController().signal)
-    const { credits, ...rest } = completion
-    return { request_id: requestId, ...rest, choices: rest.choices as never, usage: { ...completion.usage, credits } }
+    const c = await gateway.chat(ctx, model, req, request.signal ?? new AbortController().signal)
+    // The known fields only: upstreams add their own (system_fingerprint, usage details...).
+    return {
+      request_id: requestId,
+      id: c.id,
+      object: 'chat.completion',
+      created: c.created,
+      model: c.model,
+      choices: c.choices.map((ch) => ({ index: ch.index, message: ch.message as never, finish_reason: ch.finish_reason })),
+      usage: { prompt_tokens: c.usage.prompt_tokens, completion_tokens: c.usage.completion_tokens, total_tokens: c.usage.total_tokens, credits: c.credits },
+    }
   }
 
   async function embeddings(caller: Caller, requestId: string, model: string, input: string[], workspace: string | undefined, header: string | undefined, signal: AbortSignal) {
@@ -124,7 +132,7 @@ export function modelRoutes(deps: Deps) {
       detail: { tags, summary: 'Rerank documents against a query (CONTRACT 10 shape)' },
     })
     .post('/chat/completions', ({ caller, requestId, body, headers, request, set, route }) =>
-      chat(caller, requestId, body, undefined, headers['x-workspace-id'], request, set, route, false), {
+      chat(caller, requestId, body, body.workspace_id, headers['x-workspace-id'], request, set, route, false), {
       body: OpenAIChatBody,
       parse: 'json',
       response: { 200: ChatCompletionView, ...errors(402, 403, 404, 502, 504) },
@@ -132,7 +140,7 @@ export function modelRoutes(deps: Deps) {
     })
     .post('/embeddings', async ({ caller, requestId, body, headers, request }) => {
       const input = typeof body.input === 'string' ? [body.input] : body.input
-      const r = await embeddings(caller, requestId, body.model, input, undefined, headers['x-workspace-id'], request.signal)
+      const r = await embeddings(caller, requestId, body.model, input, body.workspace_id, headers['x-workspace-id'], request.signal)
       // The SDK asks for base64 by default: little-endian float32, as OpenAI sends.
       const encode = (v: number[]) => (body.encoding_format === 'base64' ? Buffer.from(new Float32Array(v).buffer).toString('base64') : v)
       return {

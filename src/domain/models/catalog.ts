@@ -88,7 +88,12 @@ function fieldOf(path: string): string {
 
 export function parseCatalog(raw: unknown, env: Record<string, string | undefined> = process.env): Catalog {
   const first = Value.Errors(CatalogFile, raw).First()
-  if (first) throw new CatalogError(fieldOf(first.path), first.message)
+  if (first) {
+    // "Expected union value" says nothing: name the allowed values of a union of literals.
+    const options = (first.schema as { anyOf?: { const?: unknown }[] }).anyOf?.map((o) => o.const)
+    const message = options && options.every((o) => typeof o === 'string') ? `must be one of ${options.map((o) => `"${o}"`).join(', ')}` : first.message
+    throw new CatalogError(fieldOf(first.path), message)
+  }
   const file = raw as Static<typeof CatalogFile>
   const providers = new Map<string, ResolvedProvider>([['local', { ...LOCAL_PROVIDER, key: null }]])
   for (const [i, p] of (file.providers ?? []).entries()) {

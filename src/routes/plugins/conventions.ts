@@ -114,7 +114,11 @@ export function conventions(deps: Deps) {
       let err: AppError
       if (error instanceof AppError) err = error
       else if (code === 'PARSE') err = error.cause instanceof AppError ? error.cause : new AppError('invalid_json', 'body is not valid JSON')
-      else if (code === 'VALIDATION') err = fromValidation(error as ValidationError)
+      else if (code === 'VALIDATION' && (error as ValidationError).type === 'response') {
+        // Our own answer failed its schema: a bug of ours, not the client's request.
+        log.error({ request_id: stateOf(request).id, err: (error as ValidationError).all.slice(0, 5) }, 'answer failed its response schema')
+        err = new AppError('internal_error', 'internal error; quote the request_id when reporting it')
+      } else if (code === 'VALIDATION') err = fromValidation(error as ValidationError)
       else if (code === 'NOT_FOUND') err = new AppError('not_found', `no route ${request.method} ${stateOf(request).path}`)
       else if (code === 'INVALID_COOKIE_SIGNATURE' || code === 'INVALID_FILE_TYPE') err = new AppError('validation_error', String((error as Error).message))
       else {
