@@ -13,11 +13,13 @@ export interface EventRow {
 /**
  * The outbox: writes the event in the caller's transaction, so it commits (and is later delivered)
  * exactly when the change it describes commits. Nothing is lost if the process dies after commit.
+ * `created_at` is the time of the insert, not of the transaction's start (now()): events written
+ * under a lock (budget thresholds) are then ordered as the lock ordered them.
  */
 export async function emit(tx: Tx | Sql, workspaceId: string | null, type: string, data: Record<string, unknown>): Promise<EventRow> {
   const [row] = await tx<EventRow[]>`
-    insert into events (id, workspace_id, type, data)
-    values (${newId('evt')}, ${workspaceId}, ${type}, ${tx.json(data as never)})
+    insert into events (id, workspace_id, type, data, created_at)
+    values (${newId('evt')}, ${workspaceId}, ${type}, ${tx.json(data as never)}, clock_timestamp())
     returning *`
   return row!
 }
