@@ -22,9 +22,9 @@ export function price(model: Pick<ModelSpec, 'pricing'>, tokensIn: number, token
  * reached still finish and are charged, so a period can end slightly over its budget.
  */
 export async function checkBudget(sql: Pool, workspaceId: string, now = new Date()): Promise<void> {
-  const budget = await store.getBudget(sql, workspaceId)
+  const budget = await store.budgetState(sql, workspaceId, now)
   if (!budget?.hard_limit) return
-  const used = await store.usedInPeriod(sql, workspaceId, now)
+  const used = Number(budget.used)
   if (used >= Number(budget.credits)) {
     throw new AppError('budget_exceeded', `workspace ${workspaceId} used ${used} of its ${Number(budget.credits)} credits this ${budget.period}; raise the budget or wait for the next period`)
   }

@@ -63,6 +63,16 @@ export async function putBudget(tx: Tx, b: Omit<BudgetRow, 'updated_at' | 'credi
   return row!
 }
 
+/** The budget with the credits used in the period that `at` falls in, in one query (null: no budget). */
+export async function budgetState(sql: Sql, workspaceId: string, at: Date): Promise<(BudgetRow & { used: string }) | null> {
+  const [row] = await sql<(BudgetRow & { used: string })[]>`
+    select b.*, coalesce(p.used, 0)::text as used
+    from workspace_budgets b
+    left join credit_periods p on p.workspace_id = b.workspace_id and p.period_start = ${periodStart(at)}
+    where b.workspace_id = ${workspaceId}`
+  return row ?? null
+}
+
 /** Credits used in the period that `at` falls in (0 when nothing was charged yet). */
 export async function usedInPeriod(sql: Sql, workspaceId: string, at: Date): Promise<number> {
   const [row] = await sql<{ used: string }[]>`

@@ -12,6 +12,8 @@ import { ProviderError, type ChatChunk, type ChatCompletion, type ChatRequest, t
 export interface CallContext {
   workspaceId: string
   requestId: string
+  /** The caller already ran `checkBudget` for this call (beside its access check, to save a round trip). */
+  budgetChecked?: boolean
 }
 
 type Route = ModelSpec['routes'][number]
@@ -41,7 +43,7 @@ export class Gateway {
   }
 
   async chat(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal): Promise<ChatCompletion & { credits: number }> {
-    await checkBudget(this.d.sql, ctx.workspaceId)
+    if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
     const completion = await this.failover(ctx, model, signal, (provider, route) => provider.chat({ ...req, model: route.model }, signal))
     const credits = await this.charge(ctx, model, 'chat', completion.usage.prompt_tokens, completion.usage.completion_tokens)
     return { ...completion, model: model.id, credits }
@@ -54,7 +56,7 @@ export class Gateway {
    * Whatever was produced is charged, also when the client went away or the upstream failed.
    */
   async *chatStream(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal): AsyncGenerator<ChatChunk> {
-    await checkBudget(this.d.sql, ctx.workspaceId)
+    if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
     let first: IteratorResult<ChatChunk> | null = null
     const iterator = await this.failover(ctx, model, signal, async (provider, route) => {
       const it = provider.chatStream({ ...req, model: route.model }, signal)[Symbol.asyncIterator]()
@@ -88,7 +90,7 @@ export class Gateway {
   }
 
   async embed(ctx: CallContext, model: ModelSpec, inputs: string[], signal: AbortSignal): Promise<{ vectors: number[][]; tokens: number; credits: number }> {
-    await checkBudget(this.d.sql, ctx.workspaceId)
+    if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
     const result = await this.failover(ctx, model, signal, async (provider, route) => {
       const vectors: number[][] = []
       let tokens = 0
@@ -105,7 +107,7 @@ export class Gateway {
   }
 
   async rerank(ctx: CallContext, model: ModelSpec, query: string, documents: string[], topN: number | undefined, signal: AbortSignal) {
-    await checkBudget(this.d.sql, ctx.workspaceId)
+    if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
     const result = await this.failover(ctx, model, signal, (provider, route) => provider.rerank(route.model, query, documents, topN, signal))
     const credits = await this.charge(ctx, model, 'rerank', result.tokens, 0)
     return { ...result, credits }

@@ -152,14 +152,22 @@ export async function* postSse(u: Upstream): AsyncGenerator<EventSourceMessage> 
     const queue: EventSourceMessage[] = []
     let overflow = false
     const parser = createParser({ maxBufferSize: MAX_EVENT, onEvent: (e) => queue.push(e), onError: (e) => (overflow ||= e.type === 'max-buffer-size-exceeded') })
-    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader()
+    // A TextDecoder in stream mode, not pipeThrough(TextDecoderStream): one stream stage less per
+    // read (~6 µs of CPU a token with 8 streams, bench/README.md).
+    const decoder = new TextDecoder()
+    const reader = res.body.getReader()
     for (;;) {
       // Armed only while waiting on the upstream: a slow consumer between two yields is not a stall.
       deadline.arm()
       const { done, value } = await reader.read()
       deadline.clear()
-      if (done) break
-      parser.feed(value)
+      if (done) {
+        const rest = decoder.decode()
+        if (rest) parser.feed(rest)
+        for (const e of queue.splice(0)) yield e
+        break
+      }
+      parser.feed(decoder.decode(value, { stream: true }))
       if (overflow) throw malformed(u.provider, `an event larger than ${MAX_EVENT} characters`)
       for (const e of queue.splice(0)) yield e
     }
