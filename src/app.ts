@@ -8,6 +8,8 @@ import { conventions } from './routes/plugins/conventions'
 import { webhookRoutes } from './routes/webhooks'
 import { modelRoutes } from './routes/models'
 import { usageRoutes } from './routes/usage'
+import { workflowRoutes } from './routes/workflows'
+import { runRoutes } from './routes/runs'
 import { workspaceRoutes } from './routes/workspaces'
 
 const documentation = {
@@ -28,6 +30,8 @@ const documentation = {
     { name: 'machines', description: 'The state machines behind the API, described from their XState definitions, with Mermaid diagrams' },
     { name: 'models', description: 'LLM chat, embeddings and rerank through the gateway (failover, credits)' },
     { name: 'openai', description: 'OpenAI-compatible drop-ins: the official SDKs work with baseURL set to <base>/v1' },
+    { name: 'workflows', description: 'Workflow definitions: versioned graphs validated at save time (docs/workflows.md)' },
+    { name: 'runs', description: 'Workflow runs: synchronous, async or streamed; events, cancel' },
     { name: 'usage', description: 'Credits used and budgets' },
     { name: 'operations', description: 'Health, readiness and metrics (no authentication)' },
   ],
@@ -42,7 +46,7 @@ export function buildApp(deps: Deps) {
     .use(conventions(deps))
     .use(docsRoutes(documentation))
     .use(opsRoutes(deps))
-    .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(machineRoutes(deps)).use(webhookRoutes(deps)).use(modelRoutes(deps)).use(usageRoutes(deps)))
+    .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(machineRoutes(deps)).use(webhookRoutes(deps)).use(modelRoutes(deps)).use(usageRoutes(deps)).use(workflowRoutes(deps)).use(runRoutes(deps)))
   return app
 }
 

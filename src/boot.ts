@@ -93,6 +93,7 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
       secretBox: new SecretBox(secret.key),
       timers: new Timers(redis),
       events,
+      runs: { nudge: () => {} },
       models: createGateway({ sql: db.sql, log, catalog, nudgeEvents: () => events.nudge() }),
     }
   } catch (err) {

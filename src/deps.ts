@@ -25,6 +25,8 @@ export interface Deps {
   timers: Timers
   /** `nudge()` after committing outbox events wakes this process' fan-out worker, if it runs one. */
   events: { nudge: () => void }
+  /** `nudge()` after creating a run wakes this process' run worker, if it runs one. */
+  runs: { nudge: () => void }
   /** The model gateway: catalogue, providers, failover, credits. */
   models: Gateway
 }

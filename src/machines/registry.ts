@@ -1,5 +1,6 @@
 import type { AnyStateMachine } from 'xstate'
 import { DELIVERY_MACHINE_VERSION, deliveryMachine } from './webhook-delivery.machine'
+import { RUN_MACHINE_VERSION, runMachine } from './workflow-run.machine'
 
 /**
  * Every state machine of the service, for `GET /v1/machines` and `bun run diagrams`
@@ -13,4 +14,7 @@ export interface MachineEntry {
   version: number
 }
 
-export const machines: readonly MachineEntry[] = [{ name: 'webhook-delivery', machine: deliveryMachine, version: DELIVERY_MACHINE_VERSION }]
+export const machines: readonly MachineEntry[] = [
+  { name: 'webhook-delivery', machine: deliveryMachine, version: DELIVERY_MACHINE_VERSION },
+  { name: 'workflow-run', machine: runMachine, version: RUN_MACHINE_VERSION },
+]

@@ -62,13 +62,17 @@ export function advance<M extends AnyStateMachine, TEffect>(
   machine: M,
   persisted: Persisted<SnapshotFrom<M>['context']>,
   event: EventFromLogic<M>,
+  opts: { memo?: boolean } = {},
 ): Step<SnapshotFrom<M>['context'], TEffect> | null {
-  return cached(machine, JSON.stringify([persisted.value, persisted.context, event]), () => {
+  const compute = () => {
     const snapshot = machine.resolveState({ value: persisted.value, context: persisted.context })
     if (!snapshot.can(event)) return null
     const [next, actions] = transition(machine, snapshot as SnapshotFrom<M>, event)
     return toStep<SnapshotFrom<M>['context'], TEffect>(next, actions)
-  })
+  }
+  // Machines whose context grows with their data (a run's node outputs) never repeat a key: no memo.
+  if (opts.memo === false) return compute()
+  return cached(machine, JSON.stringify([persisted.value, persisted.context, event]), compute)
 }
 
 function deepFreeze<T>(value: T): T {

@@ -2,6 +2,7 @@ import type { Deps } from '../deps'
 import { FanOut } from './fanout'
 import { rebuildDeliveryTimers, startMaintenance } from './maintenance'
 import { TimerLoop } from './timers'
+import { RUN_TIMER, RunWorker } from './runs'
 import { DELIVERY_TIMER, DeliveryWorker } from './webhook-deliveries'
 
 /**
@@ -11,29 +12,35 @@ import { DELIVERY_TIMER, DeliveryWorker } from './webhook-deliveries'
 export interface Workers {
   fanOut: FanOut
   deliveries: DeliveryWorker
+  runs: RunWorker
   stop(): Promise<void>
 }
 
 export async function startWorkers(deps: Deps): Promise<Workers> {
   const d = { sql: deps.db.sql, config: deps.config, secretBox: deps.secretBox, timers: deps.timers, log: deps.log, metrics: deps.metrics, redis: deps.redis }
   const deliveries = new DeliveryWorker(d)
-  const loop = new TimerLoop(deps.redis, deps.log, deps.metrics, { [DELIVERY_TIMER]: deliveries })
+  const runs = new RunWorker(deps)
+  const loop = new TimerLoop(deps.redis, deps.log, deps.metrics, { [DELIVERY_TIMER]: deliveries, [RUN_TIMER]: runs })
   const fanOut = new FanOut(d)
   const rebuilt = await rebuildDeliveryTimers(d.sql, d.timers)
   if (rebuilt > 0) deps.log.info({ count: rebuilt }, 'webhook deliveries in progress: timers re-armed')
   deps.timers.nudge = () => loop.nudge()
   deps.events.nudge = () => fanOut.nudge()
+  deps.runs.nudge = () => runs.nudge()
   loop.start()
   fanOut.start()
+  runs.start()
   const stopMaintenance = startMaintenance(d)
   return {
     fanOut,
     deliveries,
+    runs,
     async stop() {
       stopMaintenance()
       deps.timers.nudge = () => {}
       deps.events.nudge = () => {}
-      await Promise.all([loop.stop(), fanOut.stop()])
+      deps.runs.nudge = () => {}
+      await Promise.all([loop.stop(), fanOut.stop(), runs.stop()])
       await deliveries.drain()
     },
   }

@@ -1,8 +1,11 @@
 import type { Deps } from '../../deps'
 import { AppError, errorBody } from '../../lib/errors'
+import { completeIdempotency } from './idempotency'
 import { stateOf } from './request-state'
 
 export interface SseEvent {
+  /** The `id:` line (a run's event sequence number, for Last-Event-ID). */
+  id?: string
   /** The `event:` line; omitted for plain `data:` messages (OpenAI's stream format). */
   event?: string
   data: string
@@ -15,8 +18,9 @@ const encoder = new TextEncoder()
  * has taken the previous one, so a slow client slows the upstream instead of filling memory. The
  * client going away (`cancel`, or the request's own signal) aborts `abort`, which the producer passes
  * to the upstream call. The conventions' headers (request id, rate limit, security) are kept. A
- * streamed answer cannot be replayed byte for byte, so its Idempotency-Key is released at the end:
- * it guards against a concurrent duplicate, not a later one.
+ * streamed answer cannot be replayed byte for byte: its Idempotency-Key either replays `idempotent`
+ * (a JSON answer naming what the stream created, e.g. a run) or is released at the end, guarding
+ * against a concurrent duplicate only.
  */
 export function sseResponse(
   deps: Deps,
@@ -25,8 +29,14 @@ export function sseResponse(
   route: string,
   events: AsyncIterable<SseEvent>,
   abort: AbortController,
+  /** What a retry with the same Idempotency-Key replays (JSON), instead of releasing the key. */
+  idempotent?: { status: number; body: unknown },
 ): Response {
   const state = stateOf(request)
+  // Recorded at once: the side effect (a run) exists now, however long the stream lasts.
+  if (state.idem && idempotent) {
+    completeIdempotency(deps.redis, state, idempotent.status, JSON.stringify(idempotent.body), { 'content-type': 'application/json' }, deps.log).catch(() => {})
+  }
   const iterator = events[Symbol.asyncIterator]()
   const onAbort = () => abort.abort()
   request.signal?.addEventListener('abort', onAbort, { once: true })
@@ -53,7 +63,7 @@ export function sseResponse(
           controller.close()
           return
         }
-        controller.enqueue(encoder.encode(`${value.event ? `event: ${value.event}\n` : ''}data: ${value.data}\n\n`))
+        controller.enqueue(encoder.encode(`${value.id ? `id: ${value.id}\n` : ''}${value.event ? `event: ${value.event}\n` : ''}data: ${value.data}\n\n`))
       } catch (err) {
         end()
         controller.error(err)

@@ -1,0 +1,140 @@
+import type { Deps } from '../../deps'
+import { AppError, notFound } from '../../lib/errors'
+import { newId } from '../../lib/ids'
+import type { ListQuery } from '../../lib/lists'
+import { start } from '../../machines/runner'
+import { RUN_MACHINE_VERSION, runMachine, type RunContext } from '../../machines/workflow-run.machine'
+import * as runs from '../../store/runs'
+import { findWorkspaceAccess } from '../../store/workspaces'
+import { authorize, type Caller } from '../access'
+import { CANCEL_CHANNEL } from '../../workers/runs'
+import { validateInputs } from './graph'
+import { loadWorkflow } from './service'
+import { runChannel, transition, RunNotRunning } from './transitions'
+
+/** Starts a run of the workflow's current version (role `use`): validated inputs, snapshot `running`. */
+export async function createRun(deps: Deps, caller: Caller, workflowId: string, body: { inputs?: unknown; user_id?: string }, requestId: string): Promise<runs.RunRow> {
+  const wf = await loadWorkflow(deps.db.sql, caller, workflowId, 'use')
+  const inputs = validateInputs(wf.graph, body.inputs ?? {})
+  const initial = start(runMachine, undefined as never)
+  const row = await deps.db.sql.begin((tx) =>
+    runs.insertRun(tx, {
+      id: newId('run'),
+      workflow_id: wf.id,
+      workflow_version: wf.version,
+      workspace_id: wf.workspace_id,
+      user_id: body.user_id ?? caller.userId,
+      inputs,
+      snapshot: initial.persisted as runs.RunRow['snapshot'],
+      machine_version: RUN_MACHINE_VERSION,
+      request_id: requestId,
+    }),
+  )
+  deps.runs.nudge()
+  return row
+}
+
+/** A run the caller may see (role `read` in its workspace); another workspace's run is 404. */
+export async function loadRun(deps: Deps, caller: Caller, runId: string, action: 'read' | 'use' = 'read'): Promise<runs.RunRow> {
+  const run = await runs.findRun(deps.db.sql, runId)
+  if (!run) throw notFound('run', runId)
+  try {
+    authorize(caller, await findWorkspaceAccess(deps.db.sql, run.workspace_id, caller.userId), action, { id: run.workspace_id })
+  } catch (err) {
+    if (err instanceof AppError && err.code === 'not_found') throw notFound('run', runId)
+    throw err
+  }
+  return run
+}
+
+export async function listRuns(deps: Deps, caller: Caller, workflowId: string, q: ListQuery) {
+  await loadWorkflow(deps.db.sql, caller, workflowId, 'read')
+  return runs.listRuns(deps.db.sql, workflowId, q)
+}
+
+/** CONTRACT 7: only a running run can be cancelled; the node in flight is aborted (via pub/sub). */
+export async function cancelRun(deps: Deps, caller: Caller, runId: string): Promise<runs.RunRow> {
+  await loadRun(deps, caller, runId, 'use')
+  let row: runs.RunRow
+  try {
+    row = await transition({ sql: deps.db.sql, redis: deps.redis }, runId, [{ type: 'cancel.requested' }], [])
+  } catch (err) {
+    if (err instanceof RunNotRunning) {
+      const current = await runs.findRun(deps.db.sql, runId)
+      throw new AppError('run_not_running', `run ${runId} is ${current?.status ?? 'gone'}; only a running run can be cancelled`)
+    }
+    throw err
+  }
+  await deps.redis.publish(CANCEL_CHANNEL, runId).catch(() => {})
+  deps.events.nudge()
+  return row
+}
+
+/**
+ * Waits until the run is no longer running, or `timeoutMs` passes; answers the latest row either
+ * way. Woken by the run's pub/sub channel (any process), with a slow poll as a safety net.
+ */
+export async function waitForRun(deps: Deps, runId: string, timeoutMs: number): Promise<runs.RunRow> {
+  const deadline = Date.now() + timeoutMs
+  let wake: () => void = () => {}
+  const unsubscribe = await deps.redis.subscribe(runChannel(runId), () => wake())
+  try {
+    for (;;) {
+      const row = (await runs.findRun(deps.db.sql, runId))!
+      const left = deadline - Date.now()
+      if (row.status !== 'running' || left <= 0) return row
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, Math.min(left, 1000))
+        wake = () => {
+          clearTimeout(t)
+          resolve()
+        }
+      })
+    }
+  } finally {
+    await unsubscribe()
+  }
+}
+
+/**
+ * The run's stored events after `afterSeq`, then live ones as they are appended (by any process),
+ * until `done` or `signal` aborts.
+ */
+export async function* followRun(deps: Deps, runId: string, afterSeq: number, signal: AbortSignal): AsyncGenerator<runs.RunEventRow> {
+  let wake: () => void = () => {}
+  let notified = false
+  const unsubscribe = await deps.redis.subscribe(runChannel(runId), () => {
+    notified = true
+    wake()
+  })
+  try {
+    let last = afterSeq
+    for (;;) {
+      notified = false
+      const events = await runs.listRunEvents(deps.db.sql, runId, last)
+      for (const e of events) {
+        last = e.seq
+        yield e
+        if (e.type === 'done') return
+      }
+      if (events.length > 0) continue
+      const run = await runs.findRun(deps.db.sql, runId)
+      if (!run || (run.status !== 'running' && run.next_seq - 1 <= last)) return
+      if (signal.aborted) return
+      if (!notified) {
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, 1000)
+          wake = () => {
+            clearTimeout(t)
+            resolve()
+          }
+          signal.addEventListener('abort', () => wake(), { once: true })
+        })
+      }
+    }
+  } finally {
+    await unsubscribe()
+  }
+}
+
+export type { RunContext }

@@ -1,0 +1,168 @@
+import { Elysia, t } from 'elysia'
+import type { Deps } from '../deps'
+import * as runsDomain from '../domain/workflows/runs'
+import { invalid } from '../lib/errors'
+import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
+import { iso } from '../lib/time'
+import { listRunEvents, type RunEventRow, type RunRow } from '../store/runs'
+import { Envelope, envelope, errors, Id, ListOf, ListQuery, Timestamp, UserId } from './common.model'
+import { authenticated } from './plugins/auth'
+import { sseResponse, type SseEvent } from './plugins/sse'
+
+const Usage = t.Object({ tokens_in: t.Integer(), tokens_out: t.Integer(), credits: t.Number() })
+const RunError = t.Object({ code: t.String(), message: t.String(), node: t.Union([t.String(), t.Null()]) })
+const Status = t.UnionEnum(['running', 'completed', 'failed', 'cancelled'])
+
+const Run = t.Object({
+  run_id: t.String(),
+  workflow_id: t.String(),
+  workflow_version: t.Integer(),
+  status: Status,
+  inputs: t.Record(t.String(), t.Unknown()),
+  outputs: t.Record(t.String(), t.Unknown()),
+  usage: Usage,
+  error: t.Optional(RunError),
+  duration_ms: t.Union([t.Integer(), t.Null()]),
+  user_id: t.Union([t.String(), t.Null()]),
+  created_at: Timestamp,
+  finished_at: t.Union([Timestamp, t.Null()]),
+})
+
+/** The spec's synchronous run response (4.3) plus `error` for a failed run (CONTRACT 7). */
+const SyncRun = t.Object({
+  request_id: t.String(),
+  run_id: t.String(),
+  workflow_id: t.String(),
+  status: Status,
+  duration_ms: t.Integer(),
+  outputs: t.Record(t.String(), t.Unknown()),
+  usage: Usage,
+  error: t.Optional(RunError),
+})
+
+const RunEvent = t.Object({ seq: t.Integer(), event: t.String(), data: t.Record(t.String(), t.Unknown()), created_at: Timestamp })
+
+const TriggerBody = t.Object(
+  { inputs: t.Optional(t.Record(t.String(), t.Unknown())), user_id: t.Optional(UserId) },
+  { additionalProperties: false, examples: [{ inputs: { question: 'How long do refunds take?' }, user_id: 'user_42' }] },
+)
+
+const runList: ListSpec = {
+  sortable: { created_at: 'time', finished_at: 'time' },
+  filters: { status: { type: 'text', values: ['running', 'completed', 'failed', 'cancelled'] }, created_at: { type: 'time' }, user_id: { type: 'text' } },
+}
+
+function toRun(r: RunRow): typeof Run.static {
+  const out: typeof Run.static = {
+    run_id: r.id,
+    workflow_id: r.workflow_id,
+    workflow_version: r.workflow_version,
+    status: r.status,
+    inputs: r.inputs,
+    outputs: r.outputs ?? {},
+    usage: r.usage,
+    duration_ms: r.duration_ms,
+    user_id: r.user_id,
+    created_at: iso(r.created_at)!,
+    finished_at: iso(r.finished_at),
+  }
+  if (r.error) out.error = r.error
+  return out
+}
+
+function toSync(requestId: string, r: RunRow): typeof SyncRun.static {
+  const out: typeof SyncRun.static = {
+    request_id: requestId,
+    run_id: r.id,
+    workflow_id: r.workflow_id,
+    status: r.status,
+    duration_ms: r.duration_ms ?? Date.now() - r.created_at.getTime(),
+    outputs: r.outputs ?? {},
+    usage: r.usage,
+  }
+  if (r.error) out.error = r.error
+  return out
+}
+
+const toSse = (e: RunEventRow): SseEvent => ({ id: String(e.seq), event: e.type, data: JSON.stringify(e.data) })
+
+async function* sseOf(events: AsyncIterable<RunEventRow>): AsyncGenerator<SseEvent> {
+  for await (const e of events) yield toSse(e)
+}
+
+const wantsStream = (accept: string | undefined) => (accept ?? '').includes('text/event-stream')
+const tags = ['runs']
+
+export function runRoutes(deps: Deps) {
+  return new Elysia({ name: 'routes.runs' })
+    .use(authenticated(deps))
+    .post('/workflows/:id/runs', async ({ caller, requestId, params, query, body, headers, request, set, route }) => {
+      const run = await runsDomain.createRun(deps, caller, params.id, body ?? {}, requestId)
+      if (query.async === 'true' || query.async === '1') {
+        set.status = 202
+        return { request_id: requestId, run_id: run.id, status: 'running' as const } as never
+      }
+      if (wantsStream(headers.accept)) {
+        // A client that disconnects stops reading, not the run (CONTRACT 7).
+        const abort = new AbortController()
+        return sseResponse(deps, request, set, route, sseOf(runsDomain.followRun(deps, run.id, 0, abort.signal)), abort, {
+          status: 202,
+          body: { request_id: requestId, run_id: run.id, status: 'running' },
+        }) as never
+      }
+      const done = await runsDomain.waitForRun(deps, run.id, deps.config.syncRunTimeoutMs)
+      if (done.status === 'running') set.status = 202
+      return toSync(requestId, done)
+    }, {
+      params: t.Object({ id: Id('wf', 'Workflow id') }),
+      query: t.Object({ async: t.Optional(t.UnionEnum(['true', 'false', '1', '0'], { default: undefined, description: 'true: answer { run_id, status } at once' })) }, { additionalProperties: false }),
+      body: t.Optional(TriggerBody),
+      parse: 'json',
+      response: {
+        200: SyncRun,
+        202: t.Union([SyncRun, t.Object({ request_id: t.String(), run_id: t.String(), status: t.Literal('running') })]),
+        ...errors(402, 403, 404, 409, 422),
+      },
+      detail: {
+        tags,
+        summary: 'Run a workflow: synchronously, with ?async=true, or streamed with Accept: text/event-stream',
+        description: 'Synchronous runs wait up to SYNC_RUN_TIMEOUT_MS, then answer 202 with status running. Streams send node_start, node_end, message (LLM deltas), usage and done events, each with an id: line for Last-Event-ID.',
+      },
+    })
+    .get('/runs/:run_id', async ({ caller, requestId, params }) => envelope(requestId, toRun(await runsDomain.loadRun(deps, caller, params.run_id))), {
+      params: t.Object({ run_id: Id('run', 'Run id') }),
+      response: { 200: Envelope(Run), ...errors(404) },
+      detail: { tags, summary: 'Get a run (poll an async run here)' },
+    })
+    .get('/workflows/:id/runs', async ({ caller, requestId, params, query }) => {
+      const q = parseListQuery(query, runList)
+      return { request_id: requestId, ...toPage(await runsDomain.listRuns(deps, caller, params.id, q), q, toRun) }
+    }, {
+      params: t.Object({ id: Id('wf', 'Workflow id') }),
+      query: ListQuery('created_at, finished_at', { status: t.Optional(t.String({ description: 'running, completed, failed or cancelled; status_in for several' })) }),
+      response: { 200: ListOf(Run), ...errors(404) },
+      detail: { tags, summary: 'List a workflow\'s runs' },
+    })
+    .post('/runs/:run_id/cancel', async ({ caller, requestId, params }) => envelope(requestId, toRun(await runsDomain.cancelRun(deps, caller, params.run_id))), {
+      params: t.Object({ run_id: Id('run', 'Run id') }),
+      response: { 200: Envelope(Run), ...errors(403, 404, 409, 422) },
+      detail: { tags, summary: 'Cancel a running run (409 run_not_running otherwise); the node in flight is aborted' },
+    })
+    .get('/runs/:run_id/events', async ({ caller, requestId, params, query, headers, request, set, route }) => {
+      const run = await runsDomain.loadRun(deps, caller, params.run_id)
+      const lastHeader = headers['last-event-id'] ?? query.after
+      const after = lastHeader === undefined ? 0 : Number(lastHeader)
+      if (!Number.isInteger(after) || after < 0) throw invalid('Last-Event-ID', 'must be a non-negative integer (an event id: line)')
+      if (wantsStream(headers.accept)) {
+        const abort = new AbortController()
+        return sseResponse(deps, request, set, route, sseOf(runsDomain.followRun(deps, run.id, after, abort.signal)), abort) as never
+      }
+      const events = await listRunEvents(deps.db.sql, run.id, after)
+      return { request_id: requestId, data: events.map((e) => ({ seq: e.seq, event: e.type, data: e.data, created_at: iso(e.created_at)! })) }
+    }, {
+      params: t.Object({ run_id: Id('run', 'Run id') }),
+      query: t.Object({ after: t.Optional(t.String({ pattern: '^[0-9]{1,9}$', description: 'Only events after this sequence number (as Last-Event-ID)' })) }, { additionalProperties: false }),
+      response: { 200: t.Object({ request_id: t.String(), data: t.Array(RunEvent) }), ...errors(404) },
+      detail: { tags, summary: 'The run\'s stored event log; with Accept: text/event-stream a live stream resuming after Last-Event-ID' },
+    })
+}
