@@ -96,6 +96,11 @@ export async function releaseRun(tx: Tx | Sql, id: string, owner: string, wakeAt
   await tx`update runs set lease_owner = null, lease_until = null, wake_at = ${wakeAt} where id = ${id} and lease_owner = ${owner}`
 }
 
+/** Every running run this worker holds, released (graceful shutdown). */
+export async function releaseRunsOf(sql: Sql, owner: string): Promise<void> {
+  await sql`update runs set lease_owner = null, lease_until = null where lease_owner = ${owner} and status = 'running'`
+}
+
 export interface RunUpdate {
   status: RunStatus
   snapshot: Persisted<RunContext>

@@ -49,6 +49,9 @@ export class RunWorker extends PollingLoop implements TimerHandler {
     if (this.heartbeat) clearInterval(this.heartbeat)
     for (const ac of this.active.values()) ac.abort(new RunNotRunning('worker stopping'))
     await this.unsubscribe?.()
+    // Hand the runs back at once rather than after their lease: a restart (or another worker) resumes
+    // them from their snapshots without waiting 15 s.
+    await runs.releaseRunsOf(this.deps.db.sql, this.owner).catch((err) => this.deps.log.error({ err }, 'run worker: releasing leases failed'))
   }
 
   /**
