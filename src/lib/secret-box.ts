@@ -1,5 +1,5 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto'
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { chmodSync, existsSync, linkSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 
 /**
@@ -55,7 +55,18 @@ export function loadSecretKey(secretKey: string | null, dataDir: string): { key:
   }
   mkdirSync(dataDir, { recursive: true })
   const key = randomBytes(32).toString('base64url')
-  writeFileSync(file, `${key}\n`, { mode: 0o600, flag: 'wx' })
-  chmodSync(file, 0o600)
+  // Written whole to a file of its own, then linked into place: two processes starting at once on
+  // one DATA_DIR both try, exactly one link succeeds, and neither can read a half-written key.
+  const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`
+  writeFileSync(tmp, `${key}\n`, { mode: 0o600, flag: 'wx' })
+  chmodSync(tmp, 0o600)
+  try {
+    linkSync(tmp, file)
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err
+    return loadSecretKey(null, dataDir)
+  } finally {
+    rmSync(tmp, { force: true })
+  }
   return { key, generated: true, file }
 }

@@ -180,3 +180,19 @@ describe('sealed format', () => {
     expect(threw).toBe(true)
   })
 })
+
+describe('loadSecretKey from processes starting at once', () => {
+  test('ten concurrent first starts on one DATA_DIR agree on one key and none fails', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ap-secret-race-'))
+    try {
+      const script = `import { loadSecretKey } from ${JSON.stringify(join(import.meta.dir, '../../src/lib/secret-box.ts'))}; console.log(loadSecretKey(null, ${JSON.stringify(dir)}).key)`
+      const procs = Array.from({ length: 10 }, () => Bun.spawn(['bun', '-e', script], { stdout: 'pipe', stderr: 'pipe' }))
+      const outs = await Promise.all(procs.map(async (p) => ({ code: await p.exited, out: (await new Response(p.stdout).text()).trim(), err: await new Response(p.stderr).text() })))
+      for (const o of outs) expect(o).toMatchObject({ code: 0, err: '' })
+      expect(new Set(outs.map((o) => o.out)).size).toBe(1)
+      expect(readFileSync(join(dir, 'secret.key'), 'utf8').trim()).toBe(outs[0]!.out)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+})
