@@ -139,9 +139,9 @@ function checkCycles(graph: Graph, issues: Issues): void {
 
 function reachable(from: string[], step: Map<string, string[]>): Set<string> {
   const seen = new Set(from)
-  const todo = [...from]
-  for (let id = todo.pop(); id !== undefined; id = todo.pop()) {
-    for (const next of step.get(id) ?? []) if (!seen.has(next)) seen.add(next), todo.push(next)
+  const stack = [...from]
+  for (let id = stack.pop(); id !== undefined; id = stack.pop()) {
+    for (const next of step.get(id) ?? []) if (!seen.has(next)) seen.add(next), stack.push(next)
   }
   return seen
 }
