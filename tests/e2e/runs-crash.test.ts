@@ -3,9 +3,9 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Server } from 'bun'
-import Redis from 'ioredis'
 import postgres from 'postgres'
 import { generateKey } from '../../src/domain/api-keys'
+import { startCluster, type Cluster } from '../helpers/cluster'
 import { waitFor } from '../helpers/harness'
 import { apiCall, EMBEDDED, killAll, spawnService, type ServiceProcess } from '../helpers/process'
 
@@ -176,78 +176,22 @@ if (!databaseUrl || !redisUrl) {
   })
 } else {
   describe('server mode: one API process and two worker processes share 200 runs', () => {
-    const dbName = `ap_e2e_runs_${process.pid}_${Math.random().toString(36).slice(2, 10)}`
-    const rootKey = generateKey()
-    let admin: postgres.Sql
+    let cluster: Cluster
+    let rootKey: string
     let db: postgres.Sql
-    let redis0: Redis
-    let redisDb = -1
-    let tmp: string
     let api: ServiceProcess
     let w1: ServiceProcess
     let w2: ServiceProcess
 
-    /** The service's Redis key prefix is fixed: take a logical database of our own (as webhook-workers.test.ts). */
-    async function claimRedisDb(): Promise<number> {
-      const order = Array.from({ length: 15 }, (_, i) => i + 1).sort(() => Math.random() - 0.5)
-      for (const n of order) if ((await redis0.set(`ap-e2e-redis-db:${n}`, String(process.pid), 'PX', 300_000, 'NX')) === 'OK') return n
-      throw new Error('no free Redis logical database (1..15)')
-    }
-    function redisDbUrl(): string {
-      const u = new URL(redisUrl!)
-      u.pathname = `/${redisDb}`
-      return u.toString()
-    }
-    async function flushRedisDb() {
-      const scoped = new Redis(redisDbUrl(), { maxRetriesPerRequest: 2 })
-      try {
-        await scoped.flushdb()
-      } finally {
-        await scoped.quit()
-      }
-    }
-
     beforeAll(async () => {
-      tmp = mkdtempSync(join(tmpdir(), 'ap-e2e-runs-workers-'))
-      redis0 = new Redis(redisUrl, { maxRetriesPerRequest: 2 })
-      redisDb = await claimRedisDb()
-      await flushRedisDb()
-      admin = postgres(databaseUrl, { max: 1, onnotice: () => {} })
-      await admin.unsafe(`create database "${dbName}"`)
-      const dbUrl = new URL(databaseUrl)
-      dbUrl.pathname = `/${dbName}`
-      const env = {
-        DATABASE_URL: dbUrl.toString(),
-        REDIS_URL: redisDbUrl(),
-        BOOTSTRAP_API_KEY: rootKey,
-        SECRET_KEY: generateKey(),
-        DATA_DIR: join(tmp, 'data'),
-        RATE_LIMIT_BURST: '100000',
-        RATE_LIMIT_PER_SECOND: '100000',
-      }
-      api = spawnService({ env })
-      await api.ready(30_000)
-      w1 = spawnService({ env, args: ['worker'] })
-      w2 = spawnService({ env, args: ['worker'] })
-      await Promise.all([w1, w2].map((w) => w.waitForOutput(/workers running \(no HTTP\)/, 30_000)))
-      db = postgres(dbUrl.toString(), { max: 2, onnotice: () => {} })
+      cluster = await startCluster({ name: 'runs' })
+      ;({ api, db, rootKey } = cluster)
+      ;[w1, w2] = cluster.workers as [ServiceProcess, ServiceProcess]
     }, 90_000)
 
     afterAll(async () => {
       await killAll()
-      await db?.end()
-      if (admin) {
-        await admin.unsafe(`drop database if exists "${dbName}" with (force)`)
-        await admin.end()
-      }
-      if (redis0) {
-        if (redisDb > 0) {
-          await flushRedisDb().catch(() => {})
-          await redis0.del(`ap-e2e-redis-db:${redisDb}`)
-        }
-        await redis0.quit()
-      }
-      if (tmp) rmSync(tmp, { recursive: true, force: true })
+      await cluster?.close()
     })
 
     test('200 async runs: each completes exactly once, with one outbox event each', async () => {

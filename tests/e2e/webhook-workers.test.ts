@@ -1,14 +1,11 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createHmac } from 'node:crypto'
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import Redis from 'ioredis'
 import postgres from 'postgres'
 import { generateKey } from '../../src/domain/api-keys'
 import { createCertificate, type Certificate } from '../helpers/certificate'
+import { startCluster, type Cluster } from '../helpers/cluster'
 import { waitFor } from '../helpers/harness'
-import { apiCall, killAll, spawnService, type ServiceProcess } from '../helpers/process'
+import { apiCall, killAll, type ServiceProcess } from '../helpers/process'
 import { startReceiver, type ReceivedRequest, type Receiver } from '../helpers/receiver'
 
 /**
@@ -39,13 +36,9 @@ if (!databaseUrl || !redisUrl) {
   })
 } else {
   describe('webhook workers in several processes on one database and one Redis', () => {
-    const dbName = `ap_e2e_wk_${process.pid}_${Math.random().toString(36).slice(2, 10)}`
-    const rootKey = generateKey()
-    let admin: postgres.Sql
+    let cluster: Cluster
+    let rootKey: string
     let db: postgres.Sql
-    let redis0: Redis
-    let redisDb = -1
-    let tmp: string
     let certificate: Certificate
     let receiver: Receiver
     let api: ServiceProcess
@@ -58,66 +51,21 @@ if (!databaseUrl || !redisUrl) {
     const hooks = new Map<string, { ws: 'A' | 'B'; path: string; secret: string }>()
     const pathToHook = new Map<string, string>()
 
-    /** Claims a Redis logical database no other run of this file uses (1..15), and empties it. */
-    async function claimRedisDb(): Promise<number> {
-      const order = Array.from({ length: 15 }, (_, i) => i + 1).sort(() => Math.random() - 0.5)
-      for (const n of order) {
-        if ((await redis0.set(`ap-e2e-redis-db:${n}`, String(process.pid), 'PX', 300_000, 'NX')) === 'OK') return n
-      }
-      throw new Error('no free Redis logical database (1..15)')
-    }
-
-    /** REDIS_URL with the claimed logical database. */
-    function redisDbUrl(): string {
-      const u = new URL(redisUrl!)
-      u.pathname = `/${redisDb}`
-      return u.toString()
-    }
-
-    async function flushRedisDb() {
-      const scoped = new Redis(redisDbUrl(), { maxRetriesPerRequest: 2 })
-      try {
-        await scoped.flushdb()
-      } finally {
-        await scoped.quit()
-      }
-    }
-
     beforeAll(async () => {
-      tmp = mkdtempSync(join(tmpdir(), 'ap-e2e-webhook-workers-'))
       certificate = createCertificate()
       // The first attempt of each delivery id gets a 500, every later one a 200.
       receiver = await startReceiver({ certificate, mode: (_req, previous) => (previous === 0 ? 500 : 200) })
-
-      redis0 = new Redis(redisUrl, { maxRetriesPerRequest: 2 })
-      redisDb = await claimRedisDb()
-      await flushRedisDb()
-
-      admin = postgres(databaseUrl, { max: 1, onnotice: () => {} })
-      await admin.unsafe(`create database "${dbName}"`)
-      const dbUrl = new URL(databaseUrl)
-      dbUrl.pathname = `/${dbName}`
-      const env = {
-        DATABASE_URL: dbUrl.toString(),
-        REDIS_URL: redisDbUrl(),
-        BOOTSTRAP_API_KEY: rootKey,
-        SECRET_KEY: generateKey(),
-        DATA_DIR: join(tmp, 'data'),
-        NODE_EXTRA_CA_CERTS: certificate.certFile,
-        WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
-        WEBHOOK_RETRY_DELAYS_MS: '200,200,200,200,200',
-        WEBHOOK_TIMEOUT_MS: String(TIMEOUT_MS),
-        RATE_LIMIT_BURST: '100000',
-        RATE_LIMIT_PER_SECOND: '100000',
-      }
-      // The API process first (it migrates the empty database and creates the root key).
-      api = spawnService({ env })
-      await api.ready(30_000)
-      // `bun run src/main.ts worker`: the workers without HTTP.
-      w1 = spawnService({ env, args: ['worker'] })
-      w2 = spawnService({ env, args: ['worker'] })
-      await Promise.all([w1, w2].map((w) => w.waitForOutput(/workers running \(no HTTP\)/, 30_000)))
-      db = postgres(dbUrl.toString(), { max: 2, onnotice: () => {} })
+      cluster = await startCluster({
+        name: 'wk',
+        env: {
+          NODE_EXTRA_CA_CERTS: certificate.certFile,
+          WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+          WEBHOOK_RETRY_DELAYS_MS: '200,200,200,200,200',
+          WEBHOOK_TIMEOUT_MS: String(TIMEOUT_MS),
+        },
+      })
+      ;({ api, db, rootKey } = cluster)
+      ;[w1, w2] = cluster.workers as [ServiceProcess, ServiceProcess]
 
       const issue = async (user: string) => {
         const res = await apiCall(api, rootKey, 'POST', '/v1/api-keys', { user_id: user, name: `key of ${user}` })
@@ -147,21 +95,9 @@ if (!databaseUrl || !redisUrl) {
 
     afterAll(async () => {
       await killAll()
-      await db?.end()
-      if (admin) {
-        await admin.unsafe(`drop database if exists "${dbName}" with (force)`)
-        await admin.end()
-      }
-      if (redis0) {
-        if (redisDb > 0) {
-          await flushRedisDb().catch(() => {})
-          await redis0.del(`ap-e2e-redis-db:${redisDb}`)
-        }
-        await redis0.quit()
-      }
+      await cluster?.close()
       await receiver?.close()
       certificate?.remove()
-      if (tmp) rmSync(tmp, { recursive: true, force: true })
     })
 
     /** Inserts one round of outbox events: two thirds for A, one third for B. */
