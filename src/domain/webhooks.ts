@@ -1,6 +1,6 @@
 import type { Config } from '../config'
 import { safeEqual } from '../lib/crypto'
-import { AppError, invalid, notFound } from '../lib/errors'
+import { AppError, invalid } from '../lib/errors'
 import { newId } from '../lib/ids'
 import type { ListQuery } from '../lib/lists'
 import { checkUrlShape, resolveAllowed, UnsafeUrlError, type UrlPolicy } from '../lib/net-guard'
@@ -12,6 +12,7 @@ import * as store from '../store/webhooks'
 import { findWorkspaceAccess } from '../store/workspaces'
 import { authorize, type Action, type Caller } from './access'
 import { advanceDelivery, newDelivery } from './deliveries'
+import { loadOwned } from './workspaces'
 
 /** The event types of spec 6 and CONTRACT 9 a webhook may subscribe to. */
 export const EVENT_TYPES = [
@@ -61,16 +62,8 @@ function checkEvents(events: string[]): string[] {
 }
 
 /** Loads a webhook the caller may act on; one it may not see answers 404 for the webhook itself. */
-export async function loadWebhook(sql: Pool, caller: Caller, id: string, action: Action): Promise<store.WebhookRow> {
-  const row = await store.findWebhook(sql, id)
-  if (!row) throw notFound('webhook', id)
-  try {
-    authorize(caller, await findWorkspaceAccess(sql, row.workspace_id, caller.userId), action, { id: row.workspace_id })
-  } catch (err) {
-    if (err instanceof AppError && err.code === 'not_found') throw notFound('webhook', id)
-    throw err
-  }
-  return row
+export function loadWebhook(sql: Pool, caller: Caller, id: string, action: Action): Promise<store.WebhookRow> {
+  return loadOwned(sql, caller, 'webhook', id, action, store.findWebhook)
 }
 
 export async function registerWebhook(

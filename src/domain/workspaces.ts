@@ -1,4 +1,4 @@
-import { AppError, invalid } from '../lib/errors'
+import { AppError, invalid, notFound } from '../lib/errors'
 import { newId } from '../lib/ids'
 import type { ListQuery } from '../lib/lists'
 import type { Pool as Sql } from '../store/db'
@@ -12,6 +12,30 @@ export const JOIN_POLICIES = ['approve_required', 'invite_only', 'open'] as cons
 /** Loads the workspace with the caller's role and checks the action, in one query. */
 export async function access(sql: Sql, caller: Caller, id: string, action: Action, allowArchived = false) {
   return authorize(caller, await store.findWorkspaceAccess(sql, id, caller.userId), action, { id, allowArchived })
+}
+
+/**
+ * Loads a resource of a workspace (webhook, workflow, run...) that the caller may take `action` on.
+ * A missing one, or one of a workspace the caller may not see, answers 404 for the resource itself,
+ * so its existence never leaks; visible but not allowed answers 403.
+ */
+export async function loadOwned<R extends { workspace_id: string }>(
+  sql: Sql,
+  caller: Caller,
+  what: string,
+  id: string,
+  action: Action,
+  find: (sql: Sql, id: string) => Promise<R | null>,
+): Promise<R> {
+  const row = await find(sql, id)
+  if (!row) throw notFound(what, id)
+  try {
+    authorize(caller, await store.findWorkspaceAccess(sql, row.workspace_id, caller.userId), action, { id: row.workspace_id })
+  } catch (err) {
+    if (err instanceof AppError && err.code === 'not_found') throw notFound(what, id)
+    throw err
+  }
+  return row
 }
 
 export async function createWorkspace(

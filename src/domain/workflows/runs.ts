@@ -1,13 +1,13 @@
 import type { Deps } from '../../deps'
-import { AppError, notFound } from '../../lib/errors'
+import { AppError } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import type { ListQuery } from '../../lib/lists'
 import { start } from '../../machines/runner'
 import { RUN_MACHINE_VERSION, runMachine, type RunContext } from '../../machines/workflow-run.machine'
 import * as runs from '../../store/runs'
-import { findWorkspaceAccess } from '../../store/workspaces'
-import { authorize, type Caller } from '../access'
+import type { Caller } from '../access'
 import { CANCEL_CHANNEL } from '../../workers/runs'
+import { loadOwned } from '../workspaces'
 import { validateInputs } from './graph'
 import { loadWorkflow } from './service'
 import { runChannel, transition, RunNotRunning } from './transitions'
@@ -35,16 +35,8 @@ export async function createRun(deps: Deps, caller: Caller, workflowId: string, 
 }
 
 /** A run the caller may see (role `read` in its workspace); another workspace's run is 404. */
-export async function loadRun(deps: Deps, caller: Caller, runId: string, action: 'read' | 'use' = 'read'): Promise<runs.RunRow> {
-  const run = await runs.findRun(deps.db.sql, runId)
-  if (!run) throw notFound('run', runId)
-  try {
-    authorize(caller, await findWorkspaceAccess(deps.db.sql, run.workspace_id, caller.userId), action, { id: run.workspace_id })
-  } catch (err) {
-    if (err instanceof AppError && err.code === 'not_found') throw notFound('run', runId)
-    throw err
-  }
-  return run
+export function loadRun(deps: Deps, caller: Caller, runId: string, action: 'read' | 'use' = 'read'): Promise<runs.RunRow> {
+  return loadOwned(deps.db.sql, caller, 'run', runId, action, runs.findRun)
 }
 
 export async function listRuns(deps: Deps, caller: Caller, workflowId: string, q: ListQuery) {

@@ -1,11 +1,9 @@
-import { AppError, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import type { ListQuery } from '../../lib/lists'
 import type { Pool } from '../../store/db'
 import * as store from '../../store/workflows'
-import { findWorkspaceAccess } from '../../store/workspaces'
-import { authorize, type Action, type Caller } from '../access'
-import { access } from '../workspaces'
+import type { Action, Caller } from '../access'
+import { access, loadOwned } from '../workspaces'
 import { validateGraph } from './graph'
 
 export interface WorkflowInput {
@@ -18,16 +16,8 @@ export interface WorkflowInput {
  * Loads a workflow the caller may take `action` on (read it, change it, or run it with 'use'); one of
  * a workspace it may not see answers 404 for the workflow itself, so its existence never leaks.
  */
-export async function loadWorkflow(sql: Pool, caller: Caller, id: string, action: Action): Promise<store.WorkflowRow> {
-  const row = await store.findWorkflow(sql, id)
-  if (!row) throw notFound('workflow', id)
-  try {
-    authorize(caller, await findWorkspaceAccess(sql, row.workspace_id, caller.userId), action, { id: row.workspace_id })
-  } catch (err) {
-    if (err instanceof AppError && err.code === 'not_found') throw notFound('workflow', id)
-    throw err
-  }
-  return row
+export function loadWorkflow(sql: Pool, caller: Caller, id: string, action: Action): Promise<store.WorkflowRow> {
+  return loadOwned(sql, caller, 'workflow', id, action, store.findWorkflow)
 }
 
 export async function createWorkflow(sql: Pool, caller: Caller, workspaceId: string, input: WorkflowInput): Promise<store.WorkflowRow> {
