@@ -38,7 +38,7 @@ export async function checkBudget(sql: Pool, workspaceId: string, now = new Date
 export async function charge(sql: Pool, c: store.Charge, now = new Date()): Promise<{ crossed: number[] }> {
   return sql.begin(async (tx) => {
     const { after, fired } = await store.addCharge(tx, c, now)
-    const [budget] = await tx<store.BudgetRow[]>`select * from workspace_budgets where workspace_id = ${c.workspace_id}`
+    const budget = await store.getBudget(tx, c.workspace_id)
     if (!budget) return { crossed: [] }
     const total = Number(budget.credits)
     // Once per threshold per period: a threshold already fired in this period never fires again.
@@ -88,8 +88,8 @@ export async function usage(sql: Pool, caller: Caller, workspaceId: string, from
     for (const r of rows) groups.set(by(r), [...(groups.get(by(r)) ?? []), r])
     return [...groups]
   }
-  const budget = await store.getBudget(sql, workspaceId)
-  const used = await store.usedInPeriod(sql, workspaceId, now)
+  const budget = await store.budgetState(sql, workspaceId, now)
+  const used = Number(budget?.used ?? 0)
   return {
     workspace_id: workspaceId,
     from: from.toISOString(),

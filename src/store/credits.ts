@@ -73,13 +73,6 @@ export async function budgetState(sql: Sql, workspaceId: string, at: Date): Prom
   return row ?? null
 }
 
-/** Credits used in the period that `at` falls in (0 when nothing was charged yet). */
-export async function usedInPeriod(sql: Sql, workspaceId: string, at: Date): Promise<number> {
-  const [row] = await sql<{ used: string }[]>`
-    select used from credit_periods where workspace_id = ${workspaceId} and period_start = ${periodStart(at)}`
-  return row ? Number(row.used) : 0
-}
-
 export interface UsageRow {
   day: string
   model: string
