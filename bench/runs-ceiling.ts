@@ -3,15 +3,15 @@
  * through postgres.js on the same store (`openEmbedded` on the service's data directory once it has
  * stopped; in server mode the same database through a pool of 10), with no HTTP, no engine, no
  * machine, no executors. The statements are the store functions the service calls (src/store/*), in
- * the order and transactions it calls them; per run of a linear workflow start → templates → end
- * (counted with postgres.js's `debug` hook on the service's store, ~72.5 for 5 nodes):
+ * the order it calls them; per run of a linear workflow start → templates → end (5 nodes: ~11.5
+ * statements, counted with postgres.js's `debug` hook on the service's store):
  *
- *   trigger   findWorkflow, findWorkspaceAccess, BEGIN insertRun COMMIT
- *   claim     BEGIN claimRuns (select … for update skip locked, lease update) COMMIT, for a batch
- *   drive     findRun; per node: two transitions (node.started, node.completed), each
- *             BEGIN lockRun, saveRun, appendRunEvents (next_seq update, run_events insert) COMMIT,
- *             the last also emit (outbox insert); then findRun
- *   sync only waitForRun's findRun after the insert and after each transition's publish
+ *   trigger   findWorkflow, findWorkspaceAccess, insertRun
+ *   claim     claimRuns (one statement), for a batch
+ *   drive     six transitions, one `writeTransition` statement each: node.started of the start node,
+ *             then node.completed of each node with node.started of the next; the last also writes
+ *             the outbox event
+ *   sync only waitForRun's findRun after the insert and at the run's end
  *   fan-out   every 100 ms: BEGIN claimUndispatchedEvents, enabledWebhooksOf, markEventsDispatched COMMIT
  *
  * The snapshots and log events are the engine's (the run machine advanced once at set-up, not timed),
@@ -25,8 +25,8 @@ import { start, advance, type Persisted } from '../src/machines/runner'
 import { RUN_MACHINE_VERSION, runMachine, type RunContext, type RunEvent } from '../src/machines/workflow-run.machine'
 import { newId } from '../src/lib/ids'
 import { openEmbedded, openPostgres, type Pool } from '../src/store/db'
-import { claimUndispatchedEvents, emit, markEventsDispatched } from '../src/store/events'
-import { appendRunEvents, claimRuns, findRun, insertRun, lockRun, saveRun, type RunRow, type RunStatus, type RunUsage } from '../src/store/runs'
+import { claimUndispatchedEvents, markEventsDispatched } from '../src/store/events'
+import { claimRuns, findRun, insertRun, writeTransition, type RunRow, type RunStatus, type RunUsage } from '../src/store/runs'
 import { enabledWebhooksOf } from '../src/store/webhooks'
 import { findWorkflow } from '../src/store/workflows'
 import { findWorkspaceAccess } from '../src/store/workspaces'
@@ -53,25 +53,35 @@ interface Step {
   finished: boolean
 }
 
-/** The ten (or six) transitions of a linear run, as the engine makes them, computed once. */
+/** The transitions of a linear run, as the engine makes them, computed once. */
 function transitions(templates: number): Step[] {
   const ids = ['start', ...Array.from({ length: templates }, (_, i) => `t${i + 1}`), 'end']
   let persisted = start(runMachine, undefined as never).persisted as Persisted<RunContext>
   const steps: Step[] = []
   const at = new Date().toISOString()
-  const push = (event: RunEvent, log: Step['log']) => {
-    persisted = advance(runMachine, persisted, event, { memo: false })!.persisted as Persisted<RunContext>
+  const push = (events: RunEvent[], log: Step['log']) => {
+    for (const event of events) persisted = advance(runMachine, persisted, event, { memo: false })!.persisted as Persisted<RunContext>
     const status = persisted.value as RunStatus
     const finished = status !== 'running'
     const all = [...log]
     if (finished) all.push({ type: 'usage', data: { ...usage } }, { type: 'done', data: { status, outputs: persisted.context.outputs ?? {} } })
     steps.push({ status, snapshot: persisted, log: all, finished })
   }
+  const started = (id: string): [RunEvent, Step['log'][number]] => [{ type: 'node.started', node: id, at }, { type: 'node_start', data: { node: id, node_id: id, started_at: at } }]
+  const [e0, l0] = started(ids[0]!)
+  push([e0], [l0])
   let text = ''
   for (const [i, id] of ids.entries()) {
-    push({ type: 'node.started', node: id, at }, [{ type: 'node_start', data: { node: id, node_id: id, started_at: at } }])
     const output = i === 0 ? inputs : id === 'end' ? { text } : { text: (text = `Hello ${inputs.name}, step ${i}`) }
-    push({ type: 'node.completed', node: id, output, durationMs: 0, end: id === 'end' }, [{ type: 'node_end', data: { node: id, node_id: id, duration_ms: 0, output } }])
+    const events: RunEvent[] = [{ type: 'node.completed', node: id, output, durationMs: 0, end: id === 'end' }]
+    const log: Step['log'] = [{ type: 'node_end', data: { node: id, node_id: id, duration_ms: 0, output } }]
+    const next = ids[i + 1]
+    if (next) {
+      const [e, l] = started(next)
+      events.push(e)
+      log.push(l)
+    }
+    push(events, log)
   }
   return steps
 }
@@ -80,15 +90,13 @@ function transitions(templates: number): Step[] {
 const db = cfg.databaseUrl ? openPostgres(cfg.databaseUrl, 10) : await openEmbedded({ dataDir: cfg.dataDir })
 const sql: Pool = db.sql
 
-/** A transition as transitions.ts makes it: one transaction, the row locked, snapshot, log, outbox. */
-async function transition(id: string, s: Step): Promise<RunRow> {
-  return sql.begin(async (tx) => {
-    await lockRun(tx, id)
-    const saved = await saveRun(tx, id, { status: s.status, snapshot: s.snapshot, usage, ...(s.finished ? { outputs: s.snapshot.context.outputs, error: s.snapshot.context.error, finished: true } : {}) })
-    await appendRunEvents(tx, id, s.log)
-    if (s.finished) await emit(tx, saved.workspace_id, 'workflow.run.completed', { workflow_id: saved.workflow_id, run_id: id, status: saved.status, duration_ms: saved.duration_ms ?? 0, outputs: saved.outputs ?? {} })
-    return saved
-  })
+/** A transition as transitions.ts makes it: one guarded statement; the last with the outbox event. */
+async function transition(run: RunRow, s: Step): Promise<RunRow> {
+  const outbox = s.finished ? { type: 'workflow.run.completed', data: { workflow_id: run.workflow_id, run_id: run.id, status: s.status, outputs: s.snapshot.context.outputs ?? {} } } : undefined
+  const write = { status: s.status, snapshot: s.snapshot, usage, ...(s.finished ? { finished: { outputs: s.snapshot.context.outputs, error: s.snapshot.context.error } } : {}) }
+  const saved = await writeTransition(sql, { id: run.id, next_seq: run.next_seq, owner }, write, s.log, outbox)
+  if (!saved) throw new Error(`run ${run.id}: the guarded transition matched nothing`)
+  return saved
 }
 
 /** The trigger's reads (loadWorkflow: the workflow, then the caller's access) and its insert. */
@@ -96,39 +104,32 @@ async function trigger(shape: Shape): Promise<string> {
   const wf = await findWorkflow(sql, shape.workflowId)
   if (!wf) throw new Error(`workflow ${shape.workflowId} not found in ${cfg.dataDir}`)
   if (!(await findWorkspaceAccess(sql, wf.workspace_id, cfg.userId))) throw new Error('workspace not found')
-  const row = await sql.begin((tx) =>
-    insertRun(tx, {
-      id: newId('run'), workflow_id: wf.id, workflow_version: wf.version, workspace_id: wf.workspace_id, user_id: cfg.userId,
-      inputs, snapshot: start(runMachine, undefined as never).persisted as RunRow['snapshot'], machine_version: RUN_MACHINE_VERSION, request_id: newId('req'),
-    }),
-  )
+  const row = await insertRun(sql, {
+    id: newId('run'), workflow_id: wf.id, workflow_version: wf.version, workspace_id: wf.workspace_id, user_id: cfg.userId,
+    inputs, snapshot: start(runMachine, undefined as never).persisted as RunRow['snapshot'], machine_version: RUN_MACHINE_VERSION, request_id: newId('req'),
+  })
   return row.id
 }
 
 // Claims in batches, as the worker does under load (one claim took ~30 runs at 32 in flight).
-const claimed = new Set<string>()
+const claimed = new Map<string, RunRow>()
 let claiming: Promise<void> | null = null
-async function awaitClaim(id: string) {
+async function awaitClaim(id: string): Promise<RunRow> {
   while (!claimed.has(id)) {
-    claiming ??= sql
-      .begin((tx) => claimRuns(tx, owner, LEASE_MS, 64))
-      .then((ids) => ids.forEach((i) => claimed.add(i)))
+    claiming ??= claimRuns(sql, owner, LEASE_MS, 64)
+      .then((rows) => rows.forEach((r) => claimed.set(r.id, r)))
       .finally(() => (claiming = null))
     await claiming
   }
+  const row = claimed.get(id)!
   claimed.delete(id)
+  return row
 }
 
-async function drive(id: string, steps: Step[], afterPublish: () => Promise<unknown>) {
-  await findRun(sql, id)
-  for (let i = 0; i < steps.length; i += 2) {
-    await transition(id, steps[i]!)
-    await afterPublish()
-    const last = await transition(id, steps[i + 1]!)
-    await afterPublish()
-    if (i + 2 === steps.length && last.status !== 'completed') throw new Error(`run ${id} ended ${last.status}`)
-    await findRun(sql, id)
-  }
+async function drive(claimedRow: RunRow, steps: Step[]) {
+  let run = claimedRow
+  for (const step of steps) run = await transition(run, step)
+  if (run.status !== 'completed') throw new Error(`run ${run.id} ended ${run.status}`)
 }
 
 // The outbox fan-out polls every 100 ms in the service; its statements here too (no webhooks).
@@ -164,8 +165,7 @@ async function asyncPhase(shape: Shape, runs: number) {
       while (next++ < runs) {
         const began = performance.now()
         const id = await trigger(shape)
-        await awaitClaim(id)
-        await drive(id, steps, async () => {})
+        await drive(await awaitClaim(id), steps)
         latencies.push(performance.now() - began)
       }
     }),
@@ -180,7 +180,7 @@ async function asyncPhase(shape: Shape, runs: number) {
   }
 }
 
-/** One run at a time, with waitForRun's reads (after the insert, after every transition). */
+/** One run at a time, with waitForRun's reads (after the insert, and at the run's end). */
 async function syncPhase(shape: Shape, runs: number) {
   const steps = transitions(shape.templates)
   const latencies: number[] = []
@@ -188,8 +188,8 @@ async function syncPhase(shape: Shape, runs: number) {
     const began = performance.now()
     const id = await trigger(shape)
     await findRun(sql, id)
-    await sql.begin((tx) => claimRuns(tx, owner, LEASE_MS, 64))
-    await drive(id, steps, () => findRun(sql, id))
+    await drive(await awaitClaim(id), steps)
+    await findRun(sql, id)
     latencies.push(performance.now() - began)
   }
   return { runs, latency_ms: stats(latencies) }

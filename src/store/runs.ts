@@ -1,4 +1,5 @@
 import { notFound } from '../lib/errors'
+import { newId } from '../lib/ids'
 import type { ListQuery } from '../lib/lists'
 import type { Persisted } from '../machines/runner'
 import type { RunContext } from '../machines/workflow-run.machine'
@@ -44,14 +45,15 @@ export interface RunEventRow {
   created_at: Date
 }
 
+/** The trigger's one statement (autocommitted: nothing else is written with it). */
 export async function insertRun(
-  tx: Tx,
+  sql: Sql,
   r: Pick<RunRow, 'id' | 'workflow_id' | 'workflow_version' | 'workspace_id' | 'user_id' | 'inputs' | 'snapshot' | 'machine_version' | 'request_id'>,
 ): Promise<RunRow> {
-  const [row] = await tx<RunRow[]>`
+  const [row] = await sql<RunRow[]>`
     insert into runs (id, workflow_id, workflow_version, workspace_id, user_id, status, inputs, snapshot, machine_version, request_id)
     values (${r.id}, ${r.workflow_id}, ${r.workflow_version}, ${r.workspace_id}, ${r.user_id}, 'running',
-            ${tx.json(r.inputs as never)}, ${tx.json(r.snapshot as never)}, ${r.machine_version}, ${r.request_id})
+            ${sql.json(r.inputs as never)}, ${sql.json(r.snapshot as never)}, ${r.machine_version}, ${r.request_id})
     returning *`
   return row!
 }
@@ -69,17 +71,17 @@ export async function lockRun(tx: Tx, id: string): Promise<RunRow> {
 
 /**
  * Claims up to `limit` running runs whose lease is free or expired and that are not parked on a wait
- * in the future. `skip locked`: workers never wait on each other's claims.
+ * in the future, in one statement, and answers their rows. `skip locked`: workers never wait on each
+ * other's claims.
  */
-export async function claimRuns(tx: Tx, owner: string, leaseMs: number, limit: number): Promise<string[]> {
-  const rows = await tx<{ id: string }[]>`
-    select id from runs
-    where status = 'running' and (lease_until is null or lease_until < now()) and (wake_at is null or wake_at <= now())
-    order by created_at limit ${limit} for update skip locked`
-  if (rows.length === 0) return []
-  const ids = rows.map((r) => r.id)
-  await tx`update runs set lease_owner = ${owner}, lease_until = now() + ${leaseMs}::int * interval '1 millisecond' where id in ${tx(ids)}`
-  return ids
+export async function claimRuns(sql: Sql, owner: string, leaseMs: number, limit: number): Promise<RunRow[]> {
+  return sql<RunRow[]>`
+    update runs set lease_owner = ${owner}, lease_until = now() + ${leaseMs}::int * interval '1 millisecond'
+    where id in (
+      select id from runs
+      where status = 'running' and (lease_until is null or lease_until < now()) and (wake_at is null or wake_at <= now())
+      order by created_at limit ${limit} for update skip locked)
+    returning *`
 }
 
 /** Extends the leases this worker holds; returns the ids it still holds (others were taken over). */
@@ -101,42 +103,69 @@ export async function releaseRunsOf(sql: Sql, owner: string): Promise<void> {
   await sql`update runs set lease_owner = null, lease_until = null where lease_owner = ${owner} and status = 'running'`
 }
 
-export interface RunUpdate {
+export interface RunWrite {
   status: RunStatus
-  snapshot: Persisted<RunContext>
-  outputs?: Record<string, unknown> | null
-  error?: RunRow['error']
-  usage?: RunUsage
-  finished?: boolean
+  /** Left out when the transition only appends to the log (LLM deltas): the stored one stays. */
+  snapshot?: Persisted<RunContext>
+  usage: RunUsage
+  /** The run ended: outputs, error, finished_at and duration_ms are written and the lease let go. */
+  finished?: { outputs: Record<string, unknown> | null; error: RunRow['error'] }
 }
 
-export async function saveRun(tx: Tx, id: string, u: RunUpdate): Promise<RunRow> {
-  const [row] = await tx<RunRow[]>`
+/** Which row a transition applies to: still running, unchanged since `next_seq` was read, and (for a worker) its lease. */
+export interface RunGuard {
+  id: string
+  next_seq: number
+  owner?: string
+}
+
+/**
+ * A transition of a run in one statement: the row (snapshot, usage, outcome, `next_seq`), its log
+ * rows with consecutive sequence numbers, and when given the outbox event of its end (the event's
+ * `data` gains the run's `duration_ms`), all or nothing. Applies only if the guard still holds;
+ * answers null otherwise (the run ended, was taken over, or moved on since it was read).
+ */
+export async function writeTransition(
+  sql: Sql,
+  guard: RunGuard,
+  w: RunWrite,
+  log: { type: string; data: Record<string, unknown> }[],
+  outbox?: { type: string; data: Record<string, unknown> },
+): Promise<RunRow | null> {
+  const f = w.finished
+  const update = sql`
     update runs set
-      status = ${u.status},
-      snapshot = ${tx.json(u.snapshot as never)},
-      outputs = ${u.outputs === undefined ? tx`outputs` : tx.json(u.outputs as never)},
-      error = ${u.error === undefined ? tx`error` : tx.json(u.error as never)},
-      usage = ${u.usage === undefined ? tx`usage` : tx.json(u.usage as never)},
-      finished_at = ${u.finished ? tx`now()` : tx`finished_at`},
-      duration_ms = ${u.finished ? tx`(extract(epoch from (now() - created_at)) * 1000)::int` : tx`duration_ms`},
-      lease_owner = ${u.finished ? null : tx`lease_owner`},
-      lease_until = ${u.finished ? null : tx`lease_until`},
+      status = ${w.status},
+      snapshot = ${w.snapshot ? sql.json(w.snapshot as never) : sql`snapshot`},
+      usage = ${sql.json(w.usage as never)},
+      outputs = ${f ? sql.json(f.outputs as never) : sql`outputs`},
+      error = ${f ? sql.json(f.error as never) : sql`error`},
+      finished_at = ${f ? sql`now()` : sql`finished_at`},
+      duration_ms = ${f ? sql`(extract(epoch from (now() - created_at)) * 1000)::int` : sql`duration_ms`},
+      lease_owner = ${f ? null : sql`lease_owner`},
+      lease_until = ${f ? null : sql`lease_until`},
+      next_seq = next_seq + ${log.length},
       updated_at = now()
-    where id = ${id}
+    where id = ${guard.id} and status = 'running' and next_seq = ${guard.next_seq}
+      ${guard.owner === undefined ? sql`` : sql`and lease_owner = ${guard.owner}`}
     returning *`
-  return row!
-}
-
-/** Appends events to the run's log with consecutive sequence numbers (the caller holds the row lock). */
-export async function appendRunEvents(tx: Tx, runId: string, events: { type: string; data: Record<string, unknown> }[]): Promise<number> {
-  if (events.length === 0) return 0
-  const [row] = await tx<{ next_seq: number }[]>`
-    update runs set next_seq = next_seq + ${events.length} where id = ${runId} returning next_seq`
-  const first = row!.next_seq - events.length
-  const values = events.map((e, i) => ({ run_id: runId, seq: first + i, type: e.type, data: tx.json(e.data as never) }))
-  await tx`insert into run_events ${tx(values, 'run_id', 'seq', 'type', 'data')}`
-  return row!.next_seq - 1
+  // The outbox row emit() (store/events.ts) would write, from the updated row.
+  const event = outbox
+    ? sql`, o as (
+        insert into events (id, workspace_id, type, data, created_at)
+        select ${newId('evt')}, u.workspace_id, ${outbox.type},
+               ${sql.json(outbox.data as never)}::jsonb || jsonb_build_object('duration_ms', u.duration_ms), clock_timestamp()
+        from u)`
+    : sql``
+  const [row] = await sql<RunRow[]>`
+    with u as (${update}),
+    e as (
+      insert into run_events (run_id, seq, type, data)
+      select u.id, u.next_seq - ${log.length} + x.ord::int - 1, x.e->>'type', x.e->'data'
+      from u, jsonb_array_elements(${sql.json(log as never)}) with ordinality as x(e, ord))
+    ${event}
+    select * from u`
+  return row ?? null
 }
 
 export async function listRunEvents(sql: Sql, runId: string, afterSeq: number, limit = 1000): Promise<RunEventRow[]> {

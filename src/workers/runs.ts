@@ -2,10 +2,10 @@ import type { Deps } from '../deps'
 import { executors } from '../domain/workflows/nodes'
 import { inputSpec } from '../domain/workflows/graph'
 import { plan } from '../domain/workflows/plan'
-import { RunNotRunning, transition, type LogEvent } from '../domain/workflows/transitions'
+import { applyEvents, persist, published, RunNotRunning, type LogEvent } from '../domain/workflows/transitions'
 import { NodeError, type Graph, type GraphNode, type NodeResult } from '../domain/workflows/types'
 import { newId } from '../lib/ids'
-import type { RunEvent } from '../machines/workflow-run.machine'
+import type { NodeProgress, RunEvent } from '../machines/workflow-run.machine'
 import * as runs from '../store/runs'
 import { getWorkflowVersion } from '../store/workflows'
 import { PollingLoop } from './loop'
@@ -72,17 +72,17 @@ export class RunWorker extends PollingLoop implements TimerHandler {
   protected async step(): Promise<boolean> {
     const room = MAX_RUNS - this.active.size
     if (room <= 0) return false
-    const ids = await this.deps.db.sql.begin((tx) => runs.claimRuns(tx, this.owner, RUN_LEASE_MS, room))
-    for (const id of ids) {
+    const claimed = await runs.claimRuns(this.deps.db.sql, this.owner, RUN_LEASE_MS, room)
+    for (const run of claimed) {
       const ac = new AbortController()
-      this.active.set(id, ac)
-      void this.drive(id, ac)
+      this.active.set(run.id, ac)
+      void this.drive(run, ac)
         .catch((err) => {
-          if (!(err instanceof RunNotRunning)) this.deps.log.error({ err, run_id: id }, 'run worker: driving a run failed')
+          if (!(err instanceof RunNotRunning)) this.deps.log.error({ err, run_id: run.id }, 'run worker: driving a run failed')
         })
-        .finally(() => this.active.delete(id))
+        .finally(() => this.active.delete(run.id))
     }
-    return ids.length === room
+    return claimed.length === room
   }
 
   private async beat() {
@@ -102,74 +102,97 @@ export class RunWorker extends PollingLoop implements TimerHandler {
     return g
   }
 
-  private async drive(runId: string, ac: AbortController) {
-    const d = { sql: this.deps.db.sql, redis: this.deps.redis }
-    let run = await runs.findRun(d.sql, runId)
-    if (!run || run.status !== 'running') return
+  /**
+   * Drives a claimed run to its end, or until it parks on waits. The worker holds the run's row as
+   * its last transition returned it; transitions are serialised per run, each computed from that row
+   * and written only if the row is still as read (`persist`'s guard), so parallel branches never
+   * race and a cancel or a take-over stops the run at its next write. The nodes a transition makes
+   * ready start in the same write: node.completed of one node and node.started of the next are one
+   * snapshot, persisted before the next node executes.
+   */
+  private async drive(claimed: runs.RunRow, ac: AbortController) {
+    let run = claimed
     const graph = await this.graph(run)
     const byId = new Map(graph.nodes.map((n) => [n.id, n]))
     const inFlight = new Map<string, Promise<void>>()
-    const save = async (events: RunEvent[], log: LogEvent[], addUsage?: runs.RunUsage) => {
-      run = await transition(d, runId, events, log, { owner: this.owner, addUsage })
+    let chain: Promise<unknown> = Promise.resolve()
+
+    const launch = (id: string) => {
+      const node = byId.get(id)!
+      if (node.type === 'wait' || inFlight.has(id)) return
+      const p = this.runNode(run, graph, node, ac, transit)
+        .catch((err) => {
+          // The run ended (cancelled, failed on another branch, taken over): this node's result is moot.
+          if (!(err instanceof RunNotRunning)) this.deps.log.error({ err, run_id: run.id, node: id }, 'run worker: a node failed unexpectedly')
+          ac.abort(new RunNotRunning('stopped'))
+        })
+        .finally(() => inFlight.delete(id))
+      inFlight.set(id, p)
     }
-    for (;;) {
-      if (ac.signal.aborted) return
-      const progress = run.snapshot.context.progress
-      const now = Date.now()
-      // Waits that are over complete now; a node left `running` by a dead worker runs again.
-      const dueWaits = Object.entries(progress).filter(([, p]) => p.status === 'waiting' && Date.parse(p.until!) <= now).map(([id]) => id)
-      for (const id of dueWaits) {
-        const node = byId.get(id)!
-        await save([{ type: 'node.completed', node: id, output: {}, durationMs: now - Date.parse(progress[id]!.started_at!), end: false }], [endEvent(node, now - Date.parse(progress[id]!.started_at!), {})])
-      }
-      if (run.status !== 'running') return
-      const { ready, skip } = plan(graph, run.snapshot.context.progress)
-      if (skip.length > 0) await save(skip.map((node) => ({ type: 'node.skipped' as const, node })), [])
-      const resumed = Object.entries(run.snapshot.context.progress).filter(([id, p]) => p.status === 'running' && !inFlight.has(id)).map(([id]) => id)
-      for (const id of [...ready, ...resumed]) {
-        if (inFlight.has(id)) continue
-        const p = this.runNode(run, graph, byId.get(id)!, resumed.includes(id), ac, save)
-          .catch((err) => {
-            // The run ended (cancelled, failed on another branch, taken over): this node's result is moot.
-            if (!(err instanceof RunNotRunning)) this.deps.log.error({ err, run_id: runId, node: id }, 'run worker: a node failed unexpectedly')
-            ac.abort(new RunNotRunning('stopped'))
-          })
-          .finally(() => inFlight.delete(id))
-        inFlight.set(id, p)
-      }
-      if (inFlight.size > 0) {
-        await Promise.race(inFlight.values())
-        run = (await runs.findRun(d.sql, runId)) ?? run
-        if (run.status !== 'running') {
-          ac.abort(new RunNotRunning(`run ${run.status}`))
-          return
+
+    /** One transition: what happened (`head`), then the nodes it settles skipped and those it makes ready started. */
+    const transit: Transit = (head) => {
+      const p = chain.then(async () => {
+        const h = head()
+        let next = applyEvents(run.snapshot, h.events)
+        const log = [...h.log]
+        let started: string[] = []
+        if (next.value === 'running') {
+          const f = followOn(graph, next.context.progress, Date.now())
+          next = applyEvents(next, f.events)
+          log.push(...f.log)
+          started = f.started
         }
+        if (next === run.snapshot && log.length === 0 && !h.usage) return
+        const saved = await persist(this.deps.db.sql, run, next, log, { owner: this.owner, addUsage: h.usage })
+        if (!saved) throw new RunNotRunning(`run ${run.id} was cancelled or taken over`)
+        run = saved
+        await published(this.deps.redis, run)
+        if (run.status !== 'running') ac.abort(new RunNotRunning(`run ${run.status}`))
+        else for (const id of started) launch(id)
+      })
+      chain = p.catch(() => {})
+      return p
+    }
+
+    // A node left `running` by a dead worker runs again; then whatever is ready starts.
+    for (const [id, p] of Object.entries(run.snapshot.context.progress)) if (p.status === 'running') launch(id)
+    await transit(() => ({ events: [], log: [] })).catch((err) => {
+      ac.abort(err)
+      throw err
+    })
+    for (;;) {
+      while (inFlight.size > 0) await Promise.race(inFlight.values())
+      await chain
+      if (ac.signal.aborted || run.status !== 'running') return
+      const progress = run.snapshot.context.progress
+      const waits = Object.entries(progress).filter(([, p]) => p.status === 'waiting')
+      const now = Date.now()
+      const due = waits.filter(([, p]) => Date.parse(p.until!) <= now)
+      if (due.length > 0) {
+        await transit(() => ({
+          events: due.map(([id, p]) => ({ type: 'node.completed' as const, node: id, output: {}, durationMs: now - Date.parse(p.started_at!), end: false })),
+          log: due.map(([id, p]) => endEvent(byId.get(id)!, now - Date.parse(p.started_at!), {})),
+        }))
         continue
       }
-      // Nothing runs: either parked on waits (release; the timer brings it back) or done.
-      const waits = Object.values(run.snapshot.context.progress).filter((p) => p.status === 'waiting').map((p) => Date.parse(p.until!))
       if (waits.length > 0) {
-        const wakeAt = new Date(Math.min(...waits))
-        await runs.releaseRun(d.sql, runId, this.owner, wakeAt)
-        await this.deps.timers.schedule(RUN_TIMER, [{ id: runId, at: wakeAt }])
+        // Parked: the lease is let go; the timer (or the claim query once wake_at passes) brings it back.
+        const wakeAt = new Date(Math.min(...waits.map(([, p]) => Date.parse(p.until!))))
+        await runs.releaseRun(this.deps.db.sql, run.id, this.owner, wakeAt)
+        await this.deps.timers.schedule(RUN_TIMER, [{ id: run.id, at: wakeAt }])
         return
       }
-      if (run.status === 'running') {
-        await save([{ type: 'node.failed', node: 'start', code: 'internal', message: 'the run has no node left to execute and reached no end', durationMs: 0 }], [])
-      }
+      await transit(() => ({
+        events: [{ type: 'node.failed', node: 'start', code: 'internal', message: 'the run has no node left to execute and reached no end', durationMs: 0 }],
+        log: [],
+      }))
       return
     }
   }
 
-  private async runNode(run: runs.RunRow, graph: Graph, node: GraphNode, resumed: boolean, ac: AbortController, save: (e: RunEvent[], l: LogEvent[], u?: runs.RunUsage) => Promise<void>) {
+  private async runNode(run: runs.RunRow, graph: Graph, node: GraphNode, ac: AbortController, transit: Transit) {
     const started = Date.now()
-    const startLog: LogEvent = { type: 'node_start', data: { node: node.name ?? node.id, node_id: node.id, started_at: new Date(started).toISOString() } }
-    if (node.type === 'wait') {
-      const until = new Date(started + Number(node.config.seconds) * 1000).toISOString()
-      await save([{ type: 'node.started', node: node.id, at: new Date(started).toISOString() }, { type: 'node.waiting', node: node.id, until }], [startLog])
-      return
-    }
-    if (!resumed) await save([{ type: 'node.started', node: node.id, at: new Date(started).toISOString() }], [startLog])
     const progress = run.snapshot.context.progress
     // A node on a branch not taken reads as null, and so does an optional input left out: a template
     // at a join may name either.
@@ -187,7 +210,7 @@ export class RunWorker extends PollingLoop implements TimerHandler {
       if (!pending) return
       const delta = pending
       pending = ''
-      await save([], [{ type: 'message', data: { node: node.name ?? node.id, node_id: node.id, delta } }]).catch(() => {})
+      await transit(() => ({ events: [], log: [{ type: 'message', data: { node: node.name ?? node.id, node_id: node.id, delta } }] })).catch(() => {})
     }
     let result: NodeResult
     try {
@@ -209,16 +232,40 @@ export class RunWorker extends PollingLoop implements TimerHandler {
     } catch (err) {
       if (ac.signal.aborted) throw new RunNotRunning('aborted')
       const e = err instanceof NodeError ? err : new NodeError('internal', (err as Error).message)
-      await save([{ type: 'node.failed', node: node.id, code: e.code, message: e.message, durationMs: Date.now() - started }], [endEvent(node, Date.now() - started, { error: { code: e.code, message: e.message } })])
+      const durationMs = Date.now() - started
+      await transit(() => ({
+        events: [{ type: 'node.failed', node: node.id, code: e.code, message: e.message, durationMs }],
+        log: [endEvent(node, durationMs, { error: { code: e.code, message: e.message } })],
+      }))
       return
     }
     const durationMs = Date.now() - started
-    await save(
-      [{ type: 'node.completed', node: node.id, output: result.output, handle: result.handle, durationMs, end: node.type === 'end' }],
-      [endEvent(node, durationMs, result.output)],
-      result.usage,
-    )
+    await transit(() => ({
+      events: [{ type: 'node.completed', node: node.id, output: result.output, handle: result.handle, durationMs, end: node.type === 'end' }],
+      log: [endEvent(node, durationMs, result.output)],
+      usage: result.usage,
+    }))
   }
+}
+
+type Transit = (head: () => { events: RunEvent[]; log: LogEvent[]; usage?: runs.RunUsage }) => Promise<void>
+
+/**
+ * What follows a transition in the same write: nodes on branches not taken are skipped, and the
+ * nodes now ready start (a `wait` node starts waiting: it holds no worker, only its `until`).
+ */
+function followOn(graph: Graph, progress: Record<string, NodeProgress>, now: number): { events: RunEvent[]; log: LogEvent[]; started: string[] } {
+  const { ready, skip } = plan(graph, progress)
+  const events: RunEvent[] = skip.map((node) => ({ type: 'node.skipped' as const, node }))
+  const log: LogEvent[] = []
+  const at = new Date(now).toISOString()
+  for (const id of ready) {
+    const node = graph.nodes.find((n) => n.id === id)!
+    events.push({ type: 'node.started', node: id, at })
+    if (node.type === 'wait') events.push({ type: 'node.waiting', node: id, until: new Date(now + Number(node.config.seconds) * 1000).toISOString() })
+    log.push({ type: 'node_start', data: { node: node.name ?? node.id, node_id: node.id, started_at: at } })
+  }
+  return { events, log, started: ready }
 }
 
 function endEvent(node: GraphNode, durationMs: number, output: unknown): LogEvent {

@@ -10,15 +10,14 @@ import { CANCEL_CHANNEL } from '../../workers/runs'
 import { loadOwned } from '../workspaces'
 import { validateInputs } from './graph'
 import { loadWorkflow } from './service'
-import { runChannel, transition, RunNotRunning } from './transitions'
+import { applyEvents, parseRunMessage, persist, published, runChannel } from './transitions'
 
 /** Starts a run of the workflow's current version (role `use`): validated inputs, snapshot `running`. */
 export async function createRun(deps: Deps, caller: Caller, workflowId: string, body: { inputs?: unknown; user_id?: string }, requestId: string): Promise<runs.RunRow> {
   const wf = await loadWorkflow(deps.db.sql, caller, workflowId, 'use')
   const inputs = validateInputs(wf.graph, body.inputs ?? {})
   const initial = start(runMachine, undefined as never)
-  const row = await deps.db.sql.begin((tx) =>
-    runs.insertRun(tx, {
+  const row = await runs.insertRun(deps.db.sql, {
       id: newId('run'),
       workflow_id: wf.id,
       workflow_version: wf.version,
@@ -28,8 +27,7 @@ export async function createRun(deps: Deps, caller: Caller, workflowId: string, 
       snapshot: initial.persisted as runs.RunRow['snapshot'],
       machine_version: RUN_MACHINE_VERSION,
       request_id: requestId,
-    }),
-  )
+  })
   deps.runs.nudge()
   return row
 }
@@ -44,19 +42,21 @@ export async function listRuns(deps: Deps, caller: Caller, workflowId: string, q
   return runs.listRuns(deps.db.sql, workflowId, q)
 }
 
-/** CONTRACT 7: only a running run can be cancelled; the node in flight is aborted (via pub/sub). */
+/**
+ * CONTRACT 7: only a running run can be cancelled; the node in flight is aborted (via pub/sub). The
+ * row is locked for the transition, so the worker's next guarded write waits for it and then finds
+ * the run cancelled.
+ */
 export async function cancelRun(deps: Deps, caller: Caller, runId: string): Promise<runs.RunRow> {
   await loadRun(deps, caller, runId, 'use')
-  let row: runs.RunRow
-  try {
-    row = await transition({ sql: deps.db.sql, redis: deps.redis }, runId, [{ type: 'cancel.requested' }], [])
-  } catch (err) {
-    if (err instanceof RunNotRunning) {
-      const current = await runs.findRun(deps.db.sql, runId)
-      throw new AppError('run_not_running', `run ${runId} is ${current?.status ?? 'gone'}; only a running run can be cancelled`)
-    }
-    throw err
-  }
+  const row = await deps.db.sql.begin(async (tx) => {
+    const run = await runs.lockRun(tx, runId)
+    if (run.status !== 'running') throw new AppError('run_not_running', `run ${runId} is ${run.status}; only a running run can be cancelled`)
+    const saved = await persist(tx, run, applyEvents(run.snapshot, [{ type: 'cancel.requested' }]), [])
+    if (!saved) throw new Error(`run ${runId} changed under its row lock`)
+    return saved
+  })
+  await published(deps.redis, row)
   await deps.redis.publish(CANCEL_CHANNEL, runId).catch(() => {})
   deps.events.nudge()
   return row
@@ -69,7 +69,10 @@ export async function cancelRun(deps: Deps, caller: Caller, runId: string): Prom
 export async function waitForRun(deps: Deps, runId: string, timeoutMs: number): Promise<runs.RunRow> {
   const deadline = Date.now() + timeoutMs
   let wake: () => void = () => {}
-  const unsubscribe = await deps.redis.subscribe(runChannel(runId), () => wake())
+  // Woken only by the run's end: a transition's message carries the status.
+  const unsubscribe = await deps.redis.subscribe(runChannel(runId), (message) => {
+    if (parseRunMessage(message).status !== 'running') wake()
+  })
   try {
     for (;;) {
       const row = (await runs.findRun(deps.db.sql, runId))!

@@ -1,5 +1,4 @@
-import type { Pool, Tx } from '../../store/db'
-import { emit } from '../../store/events'
+import type { Sql } from '../../store/db'
 import { advance } from '../../machines/runner'
 import { runMachine, type RunContext, type RunEvent } from '../../machines/workflow-run.machine'
 import * as runs from '../../store/runs'
@@ -11,69 +10,67 @@ export interface LogEvent {
   data: Record<string, unknown>
 }
 
+type Snapshot = runs.RunRow['snapshot']
+
 export const runChannel = (runId: string) => `run-events:${runId}`
+
+/**
+ * What the run channel carries: the last sequence number and the status, so a waiter wakes for the
+ * run's end without reading the row at every node.
+ */
+export function parseRunMessage(message: string): { seq: number; status: string } {
+  const [seq, status] = message.split(' ')
+  return { seq: Number(seq), status: status ?? 'running' }
+}
 
 export class RunNotRunning extends Error {
   override name = 'RunNotRunning'
 }
 
+/** The run machine applied to `events` in memory; the machine refusing one (a result after the end) is RunNotRunning. */
+export function applyEvents(snapshot: Snapshot, events: RunEvent[]): Snapshot {
+  let persisted = snapshot
+  for (const e of events) {
+    const step = advance(runMachine, persisted, e, { memo: false })
+    if (!step) throw new RunNotRunning(`the run does not accept ${e.type} in ${persisted.value}`)
+    persisted = step.persisted as Snapshot
+  }
+  return persisted
+}
+
 /**
- * One transition = one transaction (STYLE habit 7): lock the run, apply the machine events, save the
- * snapshot, append the log events, and when the run ends write its outcome and the outbox event.
- * `owner`: the worker's lease must still be held (a taken-over run is not the old worker's to change).
- * After commit the new sequence number is published so streams in any process read on.
+ * Writes one transition of `run` (the row as last read or written) to `next`, with its log events,
+ * in one statement (STYLE habit 7: all or nothing): when the run ends, also its outcome, the `usage`
+ * and `done` log events and the outbox event (CONTRACT 9). Answers null when the run changed since
+ * `run` was read: it ended (a cancel), another worker took it over (`owner`), or another transition
+ * came first. Publish the answer with `published` once it is committed.
  */
-export async function transition(
-  d: { sql: Pool; redis: RedisPort },
-  runId: string,
-  events: RunEvent[],
-  log: LogEvent[],
-  opts: { owner?: string; addUsage?: runs.RunUsage } = {},
-): Promise<runs.RunRow> {
-  const row = await d.sql.begin(async (tx) => {
-    const run = await runs.lockRun(tx, runId)
-    if (run.status !== 'running') throw new RunNotRunning(`run ${runId} is ${run.status}`)
-    if (opts.owner && run.lease_owner !== opts.owner) throw new RunNotRunning(`run ${runId} was taken over by another worker`)
-    let persisted = run.snapshot
-    for (const e of events) {
-      const step = advance(runMachine, persisted, e, { memo: false })
-      if (!step) throw new RunNotRunning(`run ${runId} does not accept ${e.type} in ${persisted.value}`)
-      persisted = step.persisted as typeof persisted
-    }
-    const usage = opts.addUsage ? addUsage(run.usage, opts.addUsage) : run.usage
-    const status = persisted.value as runs.RunStatus
-    const finished = status !== 'running'
-    const ctx = persisted.context as RunContext
-    const all = [...log]
-    if (finished) all.push(...finishLog(status, ctx, usage))
-    const saved = await runs.saveRun(tx, runId, {
-      status,
-      snapshot: persisted,
-      usage,
-      ...(finished ? { outputs: ctx.outputs, error: ctx.error, finished: true } : {}),
-    })
-    await runs.appendRunEvents(tx, runId, all)
-    if (finished) await announce(tx, saved)
-    return saved
-  })
-  await d.redis.publish(runChannel(runId), String(row.next_seq - 1)).catch(() => {})
-  return row
+export async function persist(sql: Sql, run: runs.RunRow, next: Snapshot, log: LogEvent[], opts: { owner?: string; addUsage?: runs.RunUsage } = {}): Promise<runs.RunRow | null> {
+  const usage = opts.addUsage ? addUsage(run.usage, opts.addUsage) : run.usage
+  const status = next.value as runs.RunStatus
+  const ctx = next.context as RunContext
+  const guard = { id: run.id, next_seq: run.next_seq, owner: opts.owner }
+  const snapshot = next === run.snapshot ? undefined : next
+  if (status === 'running') return runs.writeTransition(sql, guard, { status, snapshot, usage }, log)
+  const done: Record<string, unknown> = { status, outputs: ctx.outputs ?? {} }
+  if (ctx.error) done.error = ctx.error
+  const all = [...log, { type: 'usage', data: { ...usage } }, { type: 'done', data: done }]
+  return runs.writeTransition(sql, guard, { status, snapshot, usage, finished: { outputs: ctx.outputs, error: ctx.error } }, all, announcement(run, status, ctx))
+}
+
+/** After commit: streams and waiters in any process read on. */
+export async function published(redis: RedisPort, row: runs.RunRow): Promise<void> {
+  await redis.publish(runChannel(row.id), `${row.next_seq - 1} ${row.status}`).catch(() => {})
 }
 
 function addUsage(a: runs.RunUsage, b: runs.RunUsage): runs.RunUsage {
   return { tokens_in: a.tokens_in + b.tokens_in, tokens_out: a.tokens_out + b.tokens_out, credits: Math.round((a.credits + b.credits) * 1e6) / 1e6 }
 }
 
-function finishLog(status: runs.RunStatus, ctx: RunContext, usage: runs.RunUsage): LogEvent[] {
-  const done: Record<string, unknown> = { status, outputs: ctx.outputs ?? {} }
-  if (ctx.error) done.error = ctx.error
-  return [{ type: 'usage', data: { ...usage } }, { type: 'done', data: done }]
-}
-
-/** CONTRACT 9's payloads of workflow.run.completed | failed | cancelled, through the outbox. */
-async function announce(tx: Tx, run: runs.RunRow) {
-  const base = { workflow_id: run.workflow_id, run_id: run.id, status: run.status, duration_ms: run.duration_ms ?? 0 }
-  if (run.status === 'completed') await emit(tx, run.workspace_id, 'workflow.run.completed', { ...base, outputs: run.outputs ?? {} })
-  else if (run.status === 'failed') await emit(tx, run.workspace_id, 'workflow.run.failed', { ...base, error: run.error })
-  else await emit(tx, run.workspace_id, 'workflow.run.cancelled', base)
+/** CONTRACT 9's payloads of workflow.run.completed | failed | cancelled (the store adds `duration_ms`). */
+function announcement(run: runs.RunRow, status: runs.RunStatus, ctx: RunContext): { type: string; data: Record<string, unknown> } {
+  const base = { workflow_id: run.workflow_id, run_id: run.id, status }
+  if (status === 'completed') return { type: 'workflow.run.completed', data: { ...base, outputs: ctx.outputs ?? {} } }
+  if (status === 'failed') return { type: 'workflow.run.failed', data: { ...base, error: ctx.error } }
+  return { type: 'workflow.run.cancelled', data: base }
 }
