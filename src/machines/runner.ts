@@ -75,6 +75,33 @@ export function advance<M extends AnyStateMachine, TEffect>(
   return cached(machine, JSON.stringify([persisted.value, persisted.context, event]), compute)
 }
 
+/**
+ * Several events in a row, as one step: the snapshot is resolved once and saved once (`advance`
+ * per event would do both for each). `more`, given the context once `events` are applied, may add
+ * events that follow from it. Null when the state refuses one of them.
+ */
+export function advanceMany<M extends AnyStateMachine, TEffect>(
+  machine: M,
+  persisted: Persisted<SnapshotFrom<M>['context']>,
+  events: EventFromLogic<M>[],
+  more?: (context: SnapshotFrom<M>['context'], state: string) => EventFromLogic<M>[],
+): Step<SnapshotFrom<M>['context'], TEffect> | null {
+  let snapshot = machine.resolveState({ value: persisted.value, context: persisted.context })
+  const actions: unknown[] = []
+  const apply = (list: EventFromLogic<M>[]) => {
+    for (const event of list) {
+      if (!snapshot.can(event)) return false
+      const [next, done] = transition(machine, snapshot as SnapshotFrom<M>, event)
+      snapshot = next as typeof snapshot
+      actions.push(...done)
+    }
+    return true
+  }
+  if (!apply(events)) return null
+  if (more && !apply(more(snapshot.context, snapshot.value as string))) return null
+  return toStep<SnapshotFrom<M>['context'], TEffect>(snapshot, actions)
+}
+
 function deepFreeze<T>(value: T): T {
   if (value && typeof value === 'object' && !Object.isFrozen(value)) {
     Object.freeze(value)

@@ -134,15 +134,15 @@ export class RunWorker extends PollingLoop implements TimerHandler {
     const transit: Transit = (head) => {
       const p = chain.then(async () => {
         const h = head()
-        let next = applyEvents(run.snapshot, h.events)
         const log = [...h.log]
         let started: string[] = []
-        if (next.value === 'running') {
-          const f = followOn(graph, next.context.progress, Date.now())
-          next = applyEvents(next, f.events)
+        const next = applyEvents(run.snapshot, h.events, h.logOnly ? undefined : (context, state) => {
+          if (state !== 'running') return []
+          const f = followOn(graph, context.progress, Date.now())
           log.push(...f.log)
           started = f.started
-        }
+          return f.events
+        })
         if (next === run.snapshot && log.length === 0 && !h.usage) return
         const saved = await persist(this.deps.db.sql, run, next, log, { owner: this.owner, addUsage: h.usage })
         if (!saved) throw new RunNotRunning(`run ${run.id} was cancelled or taken over`)
@@ -210,7 +210,7 @@ export class RunWorker extends PollingLoop implements TimerHandler {
       if (!pending) return
       const delta = pending
       pending = ''
-      await transit(() => ({ events: [], log: [{ type: 'message', data: { node: node.name ?? node.id, node_id: node.id, delta } }] })).catch(() => {})
+      await transit(() => ({ events: [], log: [{ type: 'message', data: { node: node.name ?? node.id, node_id: node.id, delta } }], logOnly: true })).catch(() => {})
     }
     let result: NodeResult
     try {
@@ -248,7 +248,8 @@ export class RunWorker extends PollingLoop implements TimerHandler {
   }
 }
 
-type Transit = (head: () => { events: RunEvent[]; log: LogEvent[]; usage?: runs.RunUsage }) => Promise<void>
+/** `logOnly`: appends to the log (LLM deltas) without looking for nodes to start. */
+type Transit = (head: () => { events: RunEvent[]; log: LogEvent[]; usage?: runs.RunUsage; logOnly?: boolean }) => Promise<void>
 
 /**
  * What follows a transition in the same write: nodes on branches not taken are skipped, and the

@@ -1,5 +1,5 @@
 import type { Sql } from '../../store/db'
-import { advance } from '../../machines/runner'
+import { advanceMany } from '../../machines/runner'
 import { runMachine, type RunContext, type RunEvent } from '../../machines/workflow-run.machine'
 import * as runs from '../../store/runs'
 import type { RedisPort } from '../../store/redis'
@@ -27,15 +27,21 @@ export class RunNotRunning extends Error {
   override name = 'RunNotRunning'
 }
 
-/** The run machine applied to `events` in memory; the machine refusing one (a result after the end) is RunNotRunning. */
-export function applyEvents(snapshot: Snapshot, events: RunEvent[]): Snapshot {
-  let persisted = snapshot
-  for (const e of events) {
-    const step = advance(runMachine, persisted, e, { memo: false })
-    if (!step) throw new RunNotRunning(`the run does not accept ${e.type} in ${persisted.value}`)
-    persisted = step.persisted as Snapshot
-  }
-  return persisted
+/**
+ * The run machine applied to `events` in memory, then to what `more` adds given the context they
+ * leave (the nodes they make ready); the same snapshot back when nothing was applied. The machine
+ * refusing an event (a result after the run ended) is RunNotRunning.
+ */
+export function applyEvents(snapshot: Snapshot, events: RunEvent[], more?: (context: RunContext, state: string) => RunEvent[]): Snapshot {
+  if (events.length === 0 && !more) return snapshot
+  let added = 0
+  const step = advanceMany(runMachine, snapshot, events, more && ((context, state) => {
+    const list = more(context, state)
+    added = list.length
+    return list
+  }))
+  if (!step) throw new RunNotRunning(`the run does not accept ${events.map((e) => e.type).join(', ')} in ${snapshot.value}`)
+  return events.length === 0 && added === 0 ? snapshot : (step.persisted as Snapshot)
 }
 
 /**
