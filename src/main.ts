@@ -9,10 +9,17 @@ import { startWorkers } from './workers'
 
 /**
  * Boot: config, store, Redis, app.listen, workers, graceful shutdown. `bun run src/main.ts worker`
- * (`bun run worker`) runs the workers only, for deployments that scale them apart from the API.
+ * (`bun run worker`) runs the workers only, and `bun run src/main.ts api` (`bun run api`) the API
+ * only, for deployments that scale them apart (server mode: a shared database and Redis).
  */
 async function main() {
-  const serveHttp = process.argv[2] !== 'worker'
+  const mode = process.argv[2] ?? 'all'
+  if (!['all', 'api', 'worker'].includes(mode)) {
+    console.error(`unknown mode "${mode}": run with no argument (API and workers), "api" (API only) or "worker" (workers only)`)
+    exit(2)
+  }
+  const serveHttp = mode !== 'worker'
+  const runWorkers = mode !== 'api'
   let config
   try {
     config = loadConfig()
@@ -22,6 +29,10 @@ async function main() {
       exit(2)
     }
     throw err
+  }
+  if (!runWorkers && (!config.databaseUrl || !config.redisUrl)) {
+    console.error('"api" mode needs DATABASE_URL and REDIS_URL: runs, deliveries and timers are executed by "worker" processes sharing them')
+    exit(2)
   }
   const log = createLogger(config.logLevel)
   let deps
@@ -45,13 +56,14 @@ async function main() {
   }
   let server: ReturnType<typeof listen> | null = null
   if (serveHttp) server = listen(deps)
-  let workers
+  let workers: { stop(): Promise<void> } = { stop: async () => {} }
   try {
-    workers = await startWorkers(deps)
+    if (runWorkers) workers = await startWorkers(deps)
   } catch (err) {
     log.fatal({ err }, 'could not start the workers')
     exit(1)
   }
+  if (!runWorkers) log.info('API only (no workers): "worker" processes execute runs and deliveries')
   if (!serveHttp) log.info({ database: deps.db.describe, redis: deps.redis.kind === 'redis' ? 'redis' : 'in-process' }, 'workers running (no HTTP)')
   // Start-up lines are written at once; request lines are buffered (see createLogger).
   flushLogs()

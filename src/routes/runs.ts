@@ -103,7 +103,9 @@ export function runRoutes(deps: Deps) {
         return { request_id: requestId, run_id: run.id, status: 'running' as const } as never
       }
       if (wantsStream(headers.accept)) {
-        // A client that disconnects stops reading, not the run (CONTRACT 7).
+        // A client that disconnects stops reading, not the run (CONTRACT 7); X-Run-Id names the run to
+        // resume from (GET /v1/runs/{run_id}/events with Last-Event-ID), since no event carries it.
+        set.headers['x-run-id'] = run.id
         const abort = new AbortController()
         return sseResponse(deps, request, set, route, sseOf(runsDomain.followRun(deps, run.id, 0, abort.signal)), abort, {
           status: 202,
@@ -126,7 +128,7 @@ export function runRoutes(deps: Deps) {
       detail: {
         tags,
         summary: 'Run a workflow: synchronously, with ?async=true, or streamed with Accept: text/event-stream',
-        description: 'Synchronous runs wait up to SYNC_RUN_TIMEOUT_MS, then answer 202 with status running. Streams send node_start, node_end, message (LLM deltas), usage and done events, each with an id: line for Last-Event-ID.',
+        description: 'Synchronous runs wait up to SYNC_RUN_TIMEOUT_MS, then answer 202 with status running. Streams send node_start, node_end, message (LLM deltas), usage and done events, each with an id: line for Last-Event-ID; the stream\'s X-Run-Id header names the run, to resume with GET /v1/runs/{run_id}/events.',
       },
     })
     .get('/runs/:run_id', async ({ caller, requestId, params }) => envelope(requestId, toRun(await runsDomain.loadRun(deps, caller, params.run_id))), {

@@ -76,6 +76,18 @@ describe('embedded default as a subprocess', () => {
     expect(existsSync(join(tmp, 'never-used'))).toBe(false)
   }, 20_000)
 
+  test.each([
+    ['api', '"api" mode needs DATABASE_URL and REDIS_URL'],
+    ['serve', 'unknown mode "serve"'],
+  ])('`src/main.ts %s` on the embedded default exits 2 before opening anything', async (mode, message) => {
+    const dir = join(tmp, `never-used-${mode}`)
+    const { code, output } = await runToExit({ env: { ...EMBEDDED, DATA_DIR: dir }, args: [mode] })
+    expect(code).toBe(2)
+    expect(output).toContain(message)
+    expect(output).not.toContain('listening on')
+    expect(existsSync(dir)).toBe(false)
+  }, 20_000)
+
   test('first start: prints the root key once, answers /healthz and /readyz, and the key works', async () => {
     const sp = start()
     await sp.ready(45_000)

@@ -8,7 +8,8 @@ import { spawnService, type ServiceProcess } from './process'
 
 /**
  * Several service processes on one server Postgres and one Redis, as a deployment runs them: one API
- * process (which runs workers too) and `workers` worker-only processes (`src/main.ts worker`), all
+ * process (which runs workers too, unless `apiOnly`: `src/main.ts api`) and `workers` worker-only
+ * processes (`src/main.ts worker`), all
  * with one SECRET_KEY. Each cluster gets a fresh database, and a Redis logical database of its own
  * (the service's key prefix `ap:` is fixed): claimed with a lock key in database 0, flushed first.
  * Needs DATABASE_URL and REDIS_URL.
@@ -23,7 +24,7 @@ export interface Cluster {
   close(): Promise<void>
 }
 
-export async function startCluster(opts: { name: string; workers?: number; env?: Record<string, string> }): Promise<Cluster> {
+export async function startCluster(opts: { name: string; workers?: number; apiOnly?: boolean; env?: Record<string, string> }): Promise<Cluster> {
   const databaseUrl = process.env.DATABASE_URL!
   const redisUrl = process.env.REDIS_URL!
   const dbName = `ap_e2e_${opts.name}_${process.pid}_${Math.random().toString(36).slice(2, 10)}`
@@ -85,7 +86,7 @@ export async function startCluster(opts: { name: string; workers?: number; env?:
       ...opts.env,
     }
     // The API process first: it migrates the empty database and creates the root key.
-    const api = spawnService({ env })
+    const api = spawnService({ env, args: opts.apiOnly ? ['api'] : [] })
     processes.push(api)
     await api.ready(30_000)
     const workers = Array.from({ length: opts.workers ?? 2 }, () => spawnService({ env, args: ['worker'] }))
