@@ -118,7 +118,9 @@ describe('webhook receiver example as an HTTPS subprocess', () => {
     const res = await deliver(main.port, { event: 'agent.created' })
     expect(res.status).toBe(200)
     expect(res.body).toEqual({ ok: true, duplicate: false })
-    const lines = await waitFor(() => main.received().filter((l) => l.received === res.id), { timeoutMs: 5_000, what: 'the received line' })
+    // An empty list is truthy: wait for the line itself, then check it is the only one.
+    await waitFor(() => main.received().some((l) => l.received === res.id), { timeoutMs: 5_000, what: 'the received line' })
+    const lines = main.received().filter((l) => l.received === res.id)
     expect(lines).toEqual([{ received: res.id, event: 'agent.created' }])
   })
 
