@@ -9,7 +9,7 @@
  *       the default 3); runs/s from the first trigger to the last `finished_at`, and per run the
  *       latency from its trigger to its `finished_at`                      target >= 300 runs/s
  *   (b) the storage ceiling: the same statements the service issues per run, in the same
- *       transactions, through postgres.js on the same store with no HTTP and no engine, the same
+ *       order, through postgres.js on the same store with no HTTP and no engine, the same
  *       number of runs at the same concurrency                              target (a) >= 30 % of (b)
  *   (c) RUNS_SYNC sequential synchronous runs of start → template → end, latency as the client sees
  *       it (POST to the 200 with status completed)                         target p50 < 15 ms
