@@ -210,7 +210,10 @@ export class RunWorker extends PollingLoop implements TimerHandler {
       if (!pending) return
       const delta = pending
       pending = ''
-      await transit(() => ({ events: [], log: [{ type: 'message', data: { node: node.name ?? node.id, node_id: node.id, delta } }], logOnly: true })).catch(() => {})
+      await transit(() => ({ events: [], log: [{ type: 'message', data: { node: node.name ?? node.id, node_id: node.id, delta } }], logOnly: true })).catch((err) => {
+        // The run ended under the node (a cancel whose pub/sub message was lost, a take-over): stop it now.
+        if (err instanceof RunNotRunning) ac.abort(err)
+      })
     }
     let result: NodeResult
     try {
