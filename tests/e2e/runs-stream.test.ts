@@ -4,6 +4,7 @@ import postgres from 'postgres'
 import { startCluster, type Cluster } from '../helpers/cluster'
 import { waitFor } from '../helpers/harness'
 import { apiCall, killAll, type ServiceProcess } from '../helpers/process'
+import { chain, parseSse, type Ev } from '../helpers/runs'
 
 /**
  * A run executed by one process, watched and steered through another (spec 4.3): an API-only
@@ -11,33 +12,6 @@ import { apiCall, killAll, type ServiceProcess } from '../helpers/process'
  * Everything the API process shows of a run (SSE trigger, Last-Event-ID resume, a sync answer) and
  * the cancel it accepts reach it, or leave it, through the shared database and Redis pub/sub.
  */
-
-interface Ev {
-  seq: number
-  event: string
-  data: any
-}
-
-/** Strict SSE framing (`id:`, `event:`, `data:`, a blank line); a stream that ends after `done`. */
-function parseSse(text: string): Ev[] {
-  expect(text.endsWith('\n\n')).toBe(true)
-  return text
-    .slice(0, -2)
-    .split('\n\n')
-    .map((block) => {
-      const [id, event, data, ...rest] = block.split('\n') as [string, string, string]
-      expect(rest).toEqual([])
-      expect(id).toMatch(/^id: \d+$/)
-      expect(event).toMatch(/^event: [a-z_]+$/)
-      expect(data.startsWith('data: ')).toBe(true)
-      return { seq: Number(id.slice(4)), event: event.slice(7), data: JSON.parse(data.slice(6)) }
-    })
-}
-
-const chain = (nodes: { id: string; type: string; config: Record<string, unknown> }[]) => ({
-  nodes,
-  edges: nodes.slice(1).map((n, i) => ({ source: nodes[i]!.id, target: n.id })),
-})
 
 if (!process.env.DATABASE_URL || !process.env.REDIS_URL) {
   describe('server mode: a run streamed by an API-only process, executed by a worker process', () => {
@@ -92,12 +66,12 @@ if (!process.env.DATABASE_URL || !process.env.REDIS_URL) {
     const waitThenAnswer = () =>
       workflow(
         `Wait then answer ${Math.random()}`,
-        chain([
+        chain(
           { id: 'start', type: 'start', config: {} },
           { id: 'pause', type: 'wait', config: { seconds: 1 } },
           { id: 'answer', type: 'llm', config: { model: 'local-chat', messages: [{ role: 'user', content: 'What does a worker do?' }] } },
           { id: 'end', type: 'end', config: { outputs: { text: '{{nodes.answer.output.text}}' } } },
-        ]),
+        ),
       )
 
     /** Which processes held the run's lease, sampled until `until` settles (the owner is `<pid>:<random>`). */
@@ -196,11 +170,11 @@ if (!process.env.DATABASE_URL || !process.env.REDIS_URL) {
     test('a cancel on the API process aborts the http_request in flight in the worker process', async () => {
       const wf = await workflow(
         'Slow call',
-        chain([
+        chain(
           { id: 'start', type: 'start', config: {} },
           { id: 'call', type: 'http_request', config: { method: 'GET', url: `http://127.0.0.1:${target.port}/slow`, timeout_ms: 30_000 } },
           { id: 'end', type: 'end', config: { outputs: {} } },
-        ]),
+        ),
       )
       const before = held.length
       const trig = await apiCall(api, rootKey, 'POST', `/v1/workflows/${wf}/runs?async=true`, { inputs: {} })
