@@ -1,0 +1,421 @@
+/**
+ * Parsed blocks → chunks of at most `chunk_size` tokens (o200k, through countTokens), for embedding.
+ *
+ * - Sections: a heading starts a new chunk and sets the heading path ([h1, h2, ...]; a heading of
+ *   level n replaces levels n and deeper). Headings are not chunks of their own: the headings that open
+ *   a section (its own and any parent heading with no text of its own before it) become the first lines
+ *   of the section's first chunk, so their words are searchable; every chunk carries the path.
+ * - Text blocks of a section are packed greedily, blocks joined by a blank line. A block too long for
+ *   a chunk is cut recursively on the separators (paragraphs, lines, sentences, clauses, words, then
+ *   anywhere by tokens), like LangChain's RecursiveCharacterTextSplitter, and the pieces merged back.
+ * - Overlap: a chunk after the first of its section starts with the last ≤ chunk_overlap tokens of the
+ *   previous one, cut at a word boundary where there is one. Never across a heading.
+ * - 'rows' blocks (CSV): rows packed whole, each chunk starting with the header line; a row too long
+ *   for a chunk is cut like text, the header still first. No overlap: a row repeated in two chunks is
+ *   the same hit twice in a search.
+ *
+ * The bound: every chunk's `tokens` (the exact count of its content) is ≤ chunk_size, with one
+ * exception: when a section's heading lines or a table's header take over 3/4 of chunk_size, the chunk
+ * is that prefix plus up to chunk_size/4 tokens of content, over the bound (a prefix that size leaves
+ * no useful room, and cutting the content into slivers to fit would make chunks that say nothing).
+ * A document whose blocks are all headings becomes chunks of its headings, so any parsed document has
+ * at least one chunk.
+ *
+ * Speed: blocks and pieces are counted once and their counts summed (cuts fall where o200k's
+ * pre-tokeniser splits too: before a space or a line break, after punctuation, so the sum is nearly
+ * exact); each chunk is counted once more for its `tokens`, and again only where the sum and the exact
+ * count disagree at the bound (largestFit). A 2 KB text or Markdown document with the default settings
+ * (2-3 chunks): ~0.1 ms on one core, about twice the cost of counting its tokens once.
+ */
+import { countTokens } from '../../lib/tokens'
+import type { Block, ParsedDocument } from './parse'
+
+export interface ChunkSettings {
+  chunk_size: number
+  chunk_overlap: number
+  separators?: string[]
+}
+
+export const DEFAULT_CHUNKING: ChunkSettings = { chunk_size: 256, chunk_overlap: 32 }
+
+/** '' means anywhere (by tokens); it is the last resort even when a custom list leaves it out. */
+export const DEFAULT_SEPARATORS: readonly string[] = ['\n\n', '\n', '. ', '? ', '! ', '; ', ', ', ' ', '']
+
+export interface Chunk {
+  position: number
+  content: string
+  heading_path: string[]
+  tokens: number
+}
+
+/** A cut of a block: `join` goes between it and the piece before it in the same chunk. */
+interface Piece {
+  text: string
+  tokens: number
+  join: string
+}
+
+/** Text every chunk (or the first chunk) of a run begins with: heading lines, a table header. */
+interface Prefix {
+  text: string
+  tokens: number
+}
+
+interface Settings {
+  size: number
+  overlap: number
+  separators: readonly string[]
+  /** Content room a chunk keeps after its prefix, whatever the prefix costs: the bound's exception. */
+  minRoom: number
+}
+
+/** The most characters one o200k token spans (128 spaces). */
+const MAX_TOKEN_CHARS = 128
+
+/**
+ * The token count of `text`, or Infinity when it is surely over `limit`: a text over 128 characters a
+ * token, or whose first 6 × limit characters are already over. A long text that is going to be cut
+ * anyway is not counted whole: o200k's BPE costs more than linear time on a long run without a break
+ * (50 000 × 'q': ~1.2 s to count).
+ */
+function countUpTo(text: string, limit: number): number {
+  if (text.length > limit * MAX_TOKEN_CHARS) return Infinity
+  if (text.length > limit * 6 && countTokens(text.slice(0, limit * 6)) > limit) return Infinity
+  return countTokens(text)
+}
+
+const BLOCK_JOIN = '\n\n'
+const ROW_JOIN = '\n'
+const joinCounts = new Map<string, number>()
+function joinTokens(join: string): number {
+  let n = joinCounts.get(join)
+  if (n === undefined) joinCounts.set(join, (n = countTokens(join)))
+  return n
+}
+
+/**
+ * Cuts a parsed document into chunks of at most chunk_size tokens (counted with countTokens from
+ * src/lib/tokens.ts, the real o200k tokenizer), positions 0,1,2,...
+ */
+export function chunkDocument(doc: ParsedDocument, settings: ChunkSettings): Chunk[] {
+  const size = Math.max(1, Math.floor(settings.chunk_size))
+  const s: Settings = {
+    size,
+    // The API keeps overlap below half the size; clamping here keeps any caller's settings finite.
+    overlap: Math.max(0, Math.min(Math.floor(settings.chunk_overlap) || 0, Math.floor(size / 2))),
+    separators: settings.separators ?? DEFAULT_SEPARATORS,
+    minRoom: Math.ceil(size / 4),
+  }
+  const chunks: Chunk[] = []
+  const emit = (path: string[]) => (content: string, tokens: number) => {
+    chunks.push({ position: chunks.length, content, heading_path: [...path], tokens })
+  }
+
+  const levels: (string | undefined)[] = []
+  let opening: { level: number; text: string }[] = []
+  let section: Block[] = []
+  let path: string[] = []
+  let headingLines = ''
+  const headings: string[] = []
+
+  const flush = () => {
+    if (section.length > 0) chunkSection(section, headingLines, s, emit(path))
+    section = []
+  }
+  for (const block of doc.blocks) {
+    const text = block.text.trim()
+    if (text === '') continue
+    if (block.kind === 'heading') {
+      flush()
+      const level = Math.min(6, Math.max(1, Math.floor(block.level ?? 1)))
+      levels.length = level
+      levels[level - 1] = text
+      // A heading replaces the opening headings of its level and deeper that had no text under them.
+      opening = opening.filter((h) => h.level < level)
+      opening.push({ level, text })
+      headings.push(text)
+    } else {
+      if (section.length === 0) {
+        path = levels.filter((h): h is string => h !== undefined)
+        headingLines = opening.map((h) => h.text).join('\n')
+        opening = []
+      }
+      section.push(block)
+    }
+  }
+  flush()
+  if (chunks.length === 0 && headings.length > 0) chunkSection([{ kind: 'text', text: headings.join('\n') }], '', s, emit([]))
+  return chunks
+}
+
+function chunkSection(blocks: readonly Block[], headingLines: string, s: Settings, emit: (content: string, tokens: number) => void): void {
+  let first: string | null = headingLines === '' ? null : headingLines + BLOCK_JOIN
+  let run: Piece[] = []
+  const flushRun = () => {
+    if (run.length > 0) pack(run, prefix(first), null, s.overlap, s, emit)
+    run = []
+    first = null
+  }
+  for (const block of blocks) {
+    const text = block.text.trim()
+    if (block.kind !== 'rows') {
+      addPieces(text, s.size - s.overlap, run.length > 0 ? BLOCK_JOIN : '', s, run)
+      continue
+    }
+    flushRun()
+    const header = block.header?.trim() ? block.header.trim() + ROW_JOIN : null
+    const each = prefix(header)
+    const room = Math.max(s.size - (each?.tokens ?? 0), s.minRoom)
+    const rows: Piece[] = []
+    for (const row of text.split('\n')) if (row.trim() !== '') addPieces(row, room, rows.length > 0 ? ROW_JOIN : '', s, rows)
+    pack(rows, prefix(first === null ? header : first + (header ?? '')), each, 0, s, emit)
+    first = null
+  }
+  flushRun()
+}
+
+function prefix(text: string | null): Prefix | null {
+  return text === null ? null : { text, tokens: countTokens(text) }
+}
+
+/** The block as one piece, or cut into pieces of at most `limit` tokens; the first piece gets `join`. */
+function addPieces(text: string, limit: number, join: string, s: Settings, out: Piece[]): void {
+  const tokens = countUpTo(text, limit)
+  if (tokens <= limit) {
+    out.push({ text, tokens, join })
+    return
+  }
+  const start = out.length
+  split(text, Math.max(1, limit), s.separators, out)
+  if (out.length > start) out[start]!.join = join
+}
+
+/**
+ * Greedy packing of pieces into chunks. `first` begins the first chunk, `each` every later one; with
+ * `overlap`, a later chunk begins with the previous chunk's tail.
+ */
+function pack(pieces: Piece[], first: Prefix | null, each: Prefix | null, overlap: number, s: Settings, emit: (content: string, tokens: number) => void): void {
+  let previous: string | null = null
+  for (let i = 0; i < pieces.length; ) {
+    const lead = previous === null ? first : each
+    const budget = s.size - (lead?.tokens ?? 0)
+    // The exception: a prefix that leaves less than minRoom gets minRoom of content after it.
+    const fit = Math.max(budget, s.minRoom)
+    const cap = (lead?.tokens ?? 0) + fit
+    if (pieces[i]!.tokens > fit) resplit(pieces, i, fit, s)
+
+    let tail: Prefix | null = null
+    if (overlap > 0 && previous !== null) tail = overlapTail(previous, Math.min(overlap, budget - cost(pieces[i]!)))
+    let estimate = (lead?.tokens ?? 0) + (tail ? tail.tokens + joinTokens(pieces[i]!.join) : 0) + pieces[i]!.tokens
+    let j = i + 1
+    while (j < pieces.length && estimate + cost(pieces[j]!) <= cap) estimate += cost(pieces[j++]!)
+
+    let cut = largestFit(pieces, i, j, lead, tail, cap)
+    // Not even one piece after the overlap: the overlap goes.
+    if (!cut && tail) cut = largestFit(pieces, i, i + 1, lead, (tail = null), cap)
+    if (!cut) {
+      // One piece, over by a token or two once joined to its prefix: cut it smaller and try again.
+      const one = measure(pieces, i, i + 1, lead, null)
+      if (resplit(pieces, i, pieces[i]!.tokens - (one.tokens - cap), s)) continue
+      cut = one
+    }
+    emit(cut.content, cut.tokens)
+    previous = cut.raw
+    i = cut.j
+  }
+}
+
+const cost = (piece: Piece) => joinTokens(piece.join) + piece.tokens
+
+interface Cut {
+  j: number
+  raw: string
+  content: string
+  tokens: number
+}
+
+function measure(pieces: readonly Piece[], i: number, j: number, lead: Prefix | null, tail: Prefix | null): Cut {
+  const raw = assemble(pieces, i, j, lead, tail)
+  const content = raw.trim()
+  return { j, raw, content, tokens: countTokens(content) }
+}
+
+/**
+ * The chunk of pieces [i, j') with the largest j' whose exact count fits, starting from the estimate
+ * j; null when not even pieces[i] fits. The sum of counts is nearly exact, so this is one count in the
+ * common case. It can be over (then a bisection backs off) or under where o200k glues a join to what
+ * precedes it ('.\n\n' is one token): while the room left would take more pieces with a token saved
+ * at each, the exact count decides (one more count, a bisection if that overshoots).
+ */
+function largestFit(pieces: readonly Piece[], i: number, j: number, lead: Prefix | null, tail: Prefix | null, size: number): Cut | null {
+  const at = (k: number) => measure(pieces, i, k, lead, tail)
+  const bisect = (lo: number, hi: number, best: Cut | null): Cut | null => {
+    // lo fits (or is i: nothing yet), hi does not.
+    while (hi - lo > 1) {
+      const mid = (lo + hi) >> 1
+      const c = at(mid)
+      if (c.tokens <= size) {
+        lo = mid
+        best = c
+      } else hi = mid
+    }
+    return best
+  }
+  const estimated = at(j)
+  if (estimated.tokens > size) return bisect(i, j, null)
+  let best = estimated
+  while (best.j < pieces.length) {
+    let room = size - best.tokens
+    let k = best.j
+    while (k < pieces.length && cost(pieces[k]!) - 1 <= room) room -= cost(pieces[k++]!) - 1
+    if (k === best.j) break
+    const longer = at(k)
+    if (longer.tokens > size) return bisect(best.j, k, best)
+    best = longer
+  }
+  return best
+}
+
+/** Replaces pieces[i] by its cuts of at most `limit` tokens; false when it cannot be cut further. */
+function resplit(pieces: Piece[], i: number, limit: number, s: Settings): boolean {
+  const piece = pieces[i]!
+  const cuts: Piece[] = []
+  split(piece.text, Math.max(1, limit), s.separators, cuts)
+  if (cuts.length <= 1) return false
+  cuts[0]!.join = piece.join
+  pieces.splice(i, 1, ...cuts)
+  return true
+}
+
+function assemble(pieces: readonly Piece[], i: number, j: number, lead: Prefix | null, tail: Prefix | null): string {
+  let s = lead?.text ?? ''
+  if (tail) s += tail.text + pieces[i]!.join
+  s += pieces[i]!.text
+  for (let k = i + 1; k < j; k++) s += pieces[k]!.join + pieces[k]!.text
+  return s
+}
+
+/**
+ * Cuts text recursively, LangChain-style: on the first separator that occurs in it, then each part
+ * still over `limit` on the next separators, down to cuts by tokens. Pieces concatenate back to the
+ * text (whitespace-only pieces dropped). Where a separator holds whitespace the cut falls before it
+ * (". " cuts as "end." | " Next"), so a piece starts with the space that o200k glues to the next word
+ * and the pieces' counts add up to the text's.
+ */
+function split(text: string, limit: number, separators: readonly string[], out: Piece[]): void {
+  let k = 0
+  while (k < separators.length && separators[k] !== '' && !text.includes(separators[k]!)) k++
+  const sep = separators[k]
+  if (sep === undefined || sep === '') return splitByTokens(text, limit, out)
+  const rest = separators.slice(k + 1)
+  for (const part of cut(text, sep)) {
+    if (part.trim() === '') continue
+    const tokens = countUpTo(part, limit)
+    if (tokens <= limit) out.push({ text: part, tokens, join: '' })
+    else split(part, limit, rest, out)
+  }
+}
+
+function cut(text: string, sep: string): string[] {
+  const ws = sep.search(/\s/)
+  const offset = ws < 0 ? sep.length : ws
+  const parts: string[] = []
+  let start = 0
+  for (let i = text.indexOf(sep); i >= 0; i = text.indexOf(sep, i + sep.length)) {
+    const at = i + offset
+    if (at > start) {
+      parts.push(text.slice(start, at))
+      start = at
+    }
+  }
+  parts.push(text.slice(start))
+  return parts
+}
+
+const isHighSurrogate = (c: number) => c >= 0xd800 && c <= 0xdbff
+
+/**
+ * Cuts anywhere, into pieces of at most `limit` tokens: for each piece, a prefix within ~3 % of the
+ * limit, found by interpolation on a window just over `limit` tokens (never the whole rest: see
+ * countUpTo). A piece is at least one code point, even one alone over the limit.
+ */
+function splitByTokens(text: string, limit: number, out: Piece[]): void {
+  const enough = Math.max(1, limit - Math.max(1, limit >> 5))
+  let start = 0
+  while (start < text.length) {
+    // ~4 characters a token in prose; the window doubles while it still fits.
+    let lo = start
+    let loTokens = 0
+    let hi = Math.min(text.length, start + limit * 4)
+    let hiTokens = countTokens(text.slice(start, hi))
+    while (hiTokens <= limit && hi < text.length) {
+      lo = hi
+      loTokens = hiTokens
+      hi = Math.min(text.length, start + (hi - start) * 2)
+      hiTokens = countTokens(text.slice(start, hi))
+    }
+    if (hiTokens <= limit) {
+      lo = hi
+      loTokens = hiTokens
+    }
+    for (let step = 0; hi - lo > 1 && loTokens < enough && hiTokens > limit; step++) {
+      // Interpolation, with a plain bisection every other step so a skewed text still converges.
+      const guess = step % 2 === 0 ? lo + Math.floor(((hi - lo) * (limit - loTokens)) / (hiTokens - loTokens)) : (lo + hi) >> 1
+      let mid = Math.min(hi - 1, Math.max(lo + 1, guess))
+      if (isHighSurrogate(text.charCodeAt(mid - 1)) && mid + 1 < hi) mid++
+      const tokens = countTokens(text.slice(start, mid))
+      if (tokens <= limit) {
+        lo = mid
+        loTokens = tokens
+      } else {
+        hi = mid
+        hiTokens = tokens
+      }
+    }
+    const counted = lo
+    // Never split a surrogate pair; never stand still.
+    if (lo < text.length && isHighSurrogate(text.charCodeAt(lo - 1))) lo = lo - 1 > start ? lo - 1 : lo + 1
+    if (lo === start) lo = start + (isHighSurrogate(text.charCodeAt(start)) ? 2 : 1)
+    const piece = text.slice(start, lo)
+    if (piece.trim() !== '') out.push({ text: piece, tokens: lo === counted ? loTokens : countTokens(piece), join: '' })
+    start = lo
+  }
+}
+
+const isSpace = (c: number) => c === 32 || (c >= 9 && c <= 13) || c === 0xa0 || c === 0x3000 || (c >= 0x2000 && c <= 0x200a)
+
+/** Index of the next word start at or after `from` (the whitespace before it), or -1. */
+function wordBoundary(text: string, from: number): number {
+  if (from <= 0 && text.length > 0 && !isSpace(text.charCodeAt(0))) return 0
+  for (let i = Math.max(0, from); i + 1 < text.length; i++) {
+    if (isSpace(text.charCodeAt(i)) && !isSpace(text.charCodeAt(i + 1))) return i
+  }
+  return -1
+}
+
+/**
+ * The end of the previous chunk that begins the next: at most `budget` tokens, starting at a word
+ * boundary where there is one, else anywhere. Counts only the tail region, never the whole chunk.
+ */
+function overlapTail(text: string, budget: number): Prefix | null {
+  if (budget <= 0 || text.length === 0) return null
+  // ~4 characters a token in prose: 6 × budget characters hold at least `budget` tokens nearly always.
+  let at = wordBoundary(text, text.length - budget * 6)
+  for (let step = 0; at >= 0 && step < 32; step++) {
+    const tail = text.slice(at)
+    const tokens = countTokens(tail)
+    if (tokens <= budget) return tail.trim() === '' ? null : { text: tail, tokens }
+    at = wordBoundary(text, at + Math.max(1, Math.floor(((text.length - at) * (tokens - budget)) / tokens)))
+  }
+  // No word boundary close enough to the end (one long word, or a script written without spaces).
+  let len = Math.min(text.length, budget)
+  while (len > 0) {
+    let from = text.length - len
+    if (from > 0 && isHighSurrogate(text.charCodeAt(from - 1))) from--
+    const tail = text.slice(from)
+    const tokens = countTokens(tail)
+    if (tokens <= budget) return tail.trim() === '' ? null : { text: tail, tokens }
+    len = Math.floor(len * 0.7)
+  }
+  return null
+}
