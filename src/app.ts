@@ -10,6 +10,7 @@ import { modelRoutes } from './routes/models'
 import { usageRoutes } from './routes/usage'
 import { workflowRoutes } from './routes/workflows'
 import { runRoutes } from './routes/runs'
+import { knowledgeRoutes } from './routes/knowledge'
 import { workspaceRoutes } from './routes/workspaces'
 
 const documentation = {
@@ -32,6 +33,7 @@ const documentation = {
     { name: 'openai', description: 'OpenAI-compatible drop-ins: the official SDKs work with baseURL set to <base>/v1' },
     { name: 'workflows', description: 'Workflow definitions: versioned graphs validated at save time (docs/workflows.md)' },
     { name: 'runs', description: 'Workflow runs: synchronous, async or streamed; events, cancel' },
+    { name: 'knowledge', description: 'Knowledge bases, document uploads and their ingestion, search (docs/knowledge.md)' },
     { name: 'usage', description: 'Credits used and budgets' },
     { name: 'operations', description: 'Health, readiness and metrics (no authentication)' },
   ],
@@ -46,7 +48,7 @@ export function buildApp(deps: Deps) {
     .use(conventions(deps))
     .use(docsRoutes(documentation))
     .use(opsRoutes(deps))
-    .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(machineRoutes(deps)).use(webhookRoutes(deps)).use(modelRoutes(deps)).use(usageRoutes(deps)).use(workflowRoutes(deps)).use(runRoutes(deps)))
+    .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(machineRoutes(deps)).use(webhookRoutes(deps)).use(modelRoutes(deps)).use(usageRoutes(deps)).use(workflowRoutes(deps)).use(runRoutes(deps)).use(knowledgeRoutes(deps)))
   return app
 }
 

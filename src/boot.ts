@@ -1,3 +1,4 @@
+import { join } from 'node:path'
 import pino, { type Logger } from 'pino'
 import type { Config } from './config'
 import type { Deps } from './deps'
@@ -7,6 +8,7 @@ import { createGateway } from './domain/models'
 import { createMetrics } from './lib/metrics'
 import { loadSecretKey, SecretBox } from './lib/secret-box'
 import { openEmbedded, openPostgres, type Database } from './store/db'
+import { LocalFileStore } from './store/files'
 import { migrate } from './store/migrate'
 import { openRedis, type RedisPort } from './store/redis'
 import { Timers } from './workers/timers'
@@ -94,6 +96,8 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
       timers: new Timers(redis),
       events,
       runs: { nudge: () => {} },
+      documents: { nudge: () => {} },
+      files: new LocalFileStore(join(config.dataDir, 'files')),
       models: createGateway({ sql: db.sql, log, catalog, nudgeEvents: () => events.nudge() }),
     }
   } catch (err) {

@@ -6,6 +6,7 @@ import type { Gateway } from './domain/models/gateway'
 import type { Metrics } from './lib/metrics'
 import type { Database } from './store/db'
 import type { SecretBox } from './lib/secret-box'
+import type { FileStore } from './store/files'
 import type { RedisPort } from './store/redis'
 import type { Timers } from './workers/timers'
 
@@ -27,6 +28,10 @@ export interface Deps {
   events: { nudge: () => void }
   /** `nudge()` after creating a run wakes this process' run worker, if it runs one. */
   runs: { nudge: () => void }
+  /** `nudge()` after storing a document (or asking for a reparse) wakes this process' document worker, if it runs one. */
+  documents: { nudge: () => void }
+  /** Uploaded originals (DATA_DIR/files; every process of a deployment must share it). */
+  files: FileStore
   /** The model gateway: catalogue, providers, failover, credits. */
   models: Gateway
 }

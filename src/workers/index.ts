@@ -1,4 +1,5 @@
 import type { Deps } from '../deps'
+import { DocumentWorker } from './documents'
 import { FanOut } from './fanout'
 import { rebuildDeliveryTimers, startMaintenance } from './maintenance'
 import { TimerLoop } from './timers'
@@ -13,6 +14,7 @@ export interface Workers {
   fanOut: FanOut
   deliveries: DeliveryWorker
   runs: RunWorker
+  documents: DocumentWorker
   stop(): Promise<void>
 }
 
@@ -20,6 +22,7 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
   const d = { sql: deps.db.sql, config: deps.config, secretBox: deps.secretBox, timers: deps.timers, log: deps.log, metrics: deps.metrics, redis: deps.redis }
   const deliveries = new DeliveryWorker(d)
   const runs = new RunWorker(deps)
+  const documents = new DocumentWorker(deps)
   const loop = new TimerLoop(deps.redis, deps.log, deps.metrics, { [DELIVERY_TIMER]: deliveries, [RUN_TIMER]: runs })
   const fanOut = new FanOut(d)
   const rebuilt = await rebuildDeliveryTimers(d.sql, d.timers)
@@ -27,20 +30,24 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
   deps.timers.nudge = () => loop.nudge()
   deps.events.nudge = () => fanOut.nudge()
   deps.runs.nudge = () => runs.nudge()
+  deps.documents.nudge = () => documents.nudge()
   loop.start()
   fanOut.start()
   runs.start()
+  documents.start()
   const stopMaintenance = startMaintenance(d)
   return {
     fanOut,
     deliveries,
     runs,
+    documents,
     async stop() {
       stopMaintenance()
       deps.timers.nudge = () => {}
       deps.events.nudge = () => {}
       deps.runs.nudge = () => {}
-      await Promise.all([loop.stop(), fanOut.stop(), runs.stop()])
+      deps.documents.nudge = () => {}
+      await Promise.all([loop.stop(), fanOut.stop(), runs.stop(), documents.stop()])
       await deliveries.drain()
     },
   }

@@ -1,4 +1,5 @@
 import type { Deps } from '../deps'
+import { searchBases } from '../domain/knowledge/search'
 import { executors } from '../domain/workflows/nodes'
 import { inputSpec } from '../domain/workflows/graph'
 import { plan } from '../domain/workflows/plan'
@@ -223,6 +224,7 @@ export class RunWorker extends PollingLoop implements TimerHandler {
         config: this.deps.config,
         gateway: this.deps.models,
         call: { workspaceId: run.workspace_id, requestId: run.request_id ?? run.id },
+        knowledge: { search: (ids, input, signal) => searchBases(this.deps, run.workspace_id, ids, input, { workspaceId: run.workspace_id, requestId: run.request_id ?? run.id }, signal) },
         delta: (text: string) => {
           pending += text
           if (Date.now() - flushAt >= DELTA_FLUSH_MS) {

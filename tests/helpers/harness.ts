@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { buildApp } from '../../src/app'
 import { closeDeps, createLogger, openDeps } from '../../src/boot'
 import { loadConfig, type Config } from '../../src/config'
@@ -45,7 +48,9 @@ export interface Harness {
  */
 export async function startHarness(env: Record<string, string> = {}): Promise<Harness> {
   const rootKey = generateKey()
-  const config: Config = loadConfig({ LOG_LEVEL: 'silent', BOOTSTRAP_API_KEY: rootKey, SECRET_KEY: generateKey(), ...env })
+  // Uploaded originals go to DATA_DIR/files: a directory of this harness's own, removed at close.
+  const dataDir = env.DATA_DIR ? null : mkdtempSync(join(tmpdir(), 'ap-harness-'))
+  const config: Config = loadConfig({ LOG_LEVEL: 'silent', BOOTSTRAP_API_KEY: rootKey, SECRET_KEY: generateKey(), ...(dataDir ? { DATA_DIR: dataDir } : {}), ...env })
   const db = await freshDatabase()
   const redis = freshRedis()
   const deps = await openDeps(config, { db, redis, log: createLogger(config.logLevel) })
@@ -77,6 +82,7 @@ export async function startHarness(env: Record<string, string> = {}): Promise<Ha
     },
     async close() {
       await closeDeps(deps)
+      if (dataDir) rmSync(dataDir, { recursive: true, force: true })
     },
   }
 }

@@ -157,14 +157,14 @@ describe('sync runs', () => {
     expect(out.body).toMatchObject({ path: '/lookup', method: 'GET' })
   })
 
-  test('knowledge_retrieval fails the run: HTTP 200, status failed, error not_available naming the node', async () => {
+  test('knowledge_retrieval of an unknown base fails the run: HTTP 200, status failed, error knowledge_base_not_found naming the node', async () => {
     const wf = await env.workflow(
       chain(start(), { id: 'search', type: 'knowledge_retrieval', config: { knowledge_base_ids: ['kb_01jbz3k9x8q7r6s5t4v3w2y1z0'], query: 'anything' } }, end({})),
     )
     const res = await env.trigger(wf)
     expect(res.status).toBe(200)
     expect(res.body.status).toBe('failed')
-    expect(res.body.error).toMatchObject({ code: 'not_available', node: 'search' })
+    expect(res.body.error).toMatchObject({ code: 'knowledge_base_not_found', node: 'search' })
     expect(typeof res.body.error.message).toBe('string')
     expect(res.body.error.message.length).toBeGreaterThan(0)
     const events = await env.eventsOf(res.body.run_id)

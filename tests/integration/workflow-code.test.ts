@@ -10,7 +10,8 @@ import { failure, vars } from '../helpers/nodes'
 /**
  * The code node's executor called directly: the real QuickJS sandbox in its worker threads. A code
  * node reads only `vars` and the abort signal, so no harness stands behind its NodeContext (the
- * gateway is an empty stand-in); the other executors are in workflow-nodes.test.ts.
+ * gateway and the knowledge port are stand-ins it never calls); the other executors are in
+ * workflow-nodes.test.ts.
  */
 
 /** The defaults: nothing in them concerns code nodes. */
@@ -30,6 +31,7 @@ function context(): Run {
     gateway: {} as Gateway,
     call: { workspaceId: 'ws_code', requestId: `req_code_${Math.random().toString(36).slice(2)}` },
     delta: () => {},
+    knowledge: { search: async () => Promise.reject(new Error('code nodes do not search knowledge bases')) },
   }
   return { ctx, controller }
 }

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Server } from 'bun'
 import { loadConfig, type Config } from '../../src/config'
+import { searchBases } from '../../src/domain/knowledge/search'
 import { executors } from '../../src/domain/workflows/nodes'
 import { EXPRESSION_LIMITS } from '../../src/domain/workflows/nodes/condition'
 import type { GraphNode, NodeContext, NodeResult, NodeType, Variables } from '../../src/domain/workflows/types'
@@ -121,6 +122,7 @@ function context(over: { config?: Config; workspaceId?: string; vars?: Variables
     gateway: h.deps.models,
     call: { workspaceId: over.workspaceId ?? ws, requestId: `req_nodes_${Math.random().toString(36).slice(2)}` },
     delta: (text) => deltas.push(text),
+    knowledge: { search: (ids, input, signal) => searchBases(h.deps, over.workspaceId ?? ws, ids, input, { workspaceId: over.workspaceId ?? ws, requestId: 'req_nodes' }, signal) },
   }
   return { ctx, deltas, controller }
 }
@@ -148,11 +150,11 @@ describe('start, template, end, wait, knowledge_retrieval', () => {
     expect(res.output).toEqual({ greeting: 'Hello Ada', score: 0.7, items: [1, 2, 3], fixed: 'x' })
   })
 
-  test('wait belongs to the engine; knowledge_retrieval is not available yet', async () => {
+  test('wait belongs to the engine; knowledge_retrieval of an unknown base is knowledge_base_not_found', async () => {
     expect((await failure(exec('wait', { seconds: 1 }))).code).toBe('internal')
-    const err = await failure(exec('knowledge_retrieval', { knowledge_base_ids: ['kb_1'], query: '{{inputs.name}}' }))
-    expect(err.code).toBe('not_available')
-    expect(err.message).toContain('Knowledge issue')
+    const err = await failure(exec('knowledge_retrieval', { knowledge_base_ids: ['kb_01jbz3k9x8q7r6s5t4v3w2y1z0'], query: '{{inputs.name}}' }))
+    expect(err.code).toBe('knowledge_base_not_found')
+    expect(err.message).toContain('kb_01jbz3k9x8q7r6s5t4v3w2y1z0')
   })
 })
 

@@ -53,6 +53,16 @@ export interface NodeContext {
   call: CallContext
   /** LLM nodes stream their tokens here (the run's `message` events). */
   delta(text: string): void
+  /** knowledge_retrieval: searches bases of the run's workspace (another workspace's base is not found). */
+  knowledge: KnowledgePort
+}
+
+export interface KnowledgePort {
+  search(
+    knowledgeBaseIds: string[],
+    input: { query: string; top_k: number; filters?: Record<string, unknown> },
+    signal: AbortSignal,
+  ): Promise<{ chunk_id: string; document_id: string; document_name: string; content: string; score: number; metadata: Record<string, unknown>; knowledge_base_id: string }[]>
 }
 
 export type Executor = (node: GraphNode, ctx: NodeContext) => Promise<NodeResult>

@@ -9,6 +9,16 @@ import { initState, pathOf, stateOf, type RequestState } from './request-state'
 const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json\b/i
 const FORM_TYPE = /^(multipart\/form-data|application\/x-www-form-urlencoded)\b/i
+const MULTIPART_TYPE = /^multipart\/form-data\b/i
+/** The routes that take uploads (the only multipart bodies the API accepts). */
+const UPLOAD_PATH = /\/knowledge-bases\/[^/]+\/documents$/
+
+/**
+ * The body of a multipart request to an upload route, left unread: the route streams it from
+ * `request.body` itself (src/domain/knowledge/upload.ts), so a 50 MiB file is never parsed into
+ * memory first.
+ */
+export const STREAMED_BODY: Readonly<{ streamed: true }> = Object.freeze({ streamed: true })
 
 /**
  * The conventions every route shares, registered once: request ids, security headers, body limits,
@@ -88,9 +98,11 @@ export function conventions(deps: Deps) {
       if (state.path.startsWith(apiPrefix)) await authenticateRequest(deps, request, state, set)
     })
     .onParse({ as: 'global' }, async ({ request, contentType }) => {
-      // Multipart and forms go to Elysia's own parsers (uploads); everything else must be JSON. Routes
-      // with a JSON body declare `parse: 'json'`, so a form sent to them fails there as invalid_json
-      // (and the OpenAPI document learns their media type).
+      // Multipart bodies are left for the route to stream (STREAMED_BODY); url-encoded forms go to
+      // Elysia's own parser; everything else must be JSON. Routes with a JSON body declare
+      // `parse: 'json'`, so a form sent to them fails there as invalid_json (and the OpenAPI document
+      // learns their media type).
+      if (MULTIPART_TYPE.test(contentType) && UPLOAD_PATH.test(stateOf(request).path)) return STREAMED_BODY
       if (FORM_TYPE.test(contentType)) return
       const text = await request.text()
       if (Buffer.byteLength(text) > config.maxJsonBytes) throw tooLarge(config.maxJsonBytes)

@@ -1,0 +1,121 @@
+import type { Deps } from '../../deps'
+import { AppError, invalid } from '../../lib/errors'
+import { newId } from '../../lib/ids'
+import type { ListQuery } from '../../lib/lists'
+import * as store from '../../store/knowledge'
+import type { Action, Caller } from '../access'
+import { access, loadOwned } from '../workspaces'
+import { DEFAULT_CHUNKING } from './chunk'
+import { requeueAll } from './documents'
+
+export const DEFAULT_EMBEDDING_MODEL = 'local-embed'
+export const DEFAULT_RERANK_MODEL = 'local-rerank'
+export const DEFAULT_RETRIEVAL_MODE: store.RetrievalMode = 'hybrid'
+
+export interface KnowledgeBaseInput {
+  workspace_id: string
+  name: string
+  description?: string
+  embedding_model?: string
+  rerank_model?: string
+  chunking?: store.Chunking
+  retrieval?: { mode: store.RetrievalMode }
+}
+
+export interface KnowledgeBasePatchInput extends Partial<Omit<KnowledgeBaseInput, 'workspace_id'>> {
+  /** Re-embed every document with the new embedding model (required to change it on a non-empty base). */
+  reembed?: boolean
+}
+
+/** A base the caller may take `action` on; another workspace's answers 404. */
+export function loadKnowledgeBase(deps: Deps, caller: Caller, id: string, action: Action): Promise<store.KnowledgeBaseRow> {
+  return loadOwned(deps.db.sql, caller, 'knowledge base', id, action, store.findKnowledgeBase)
+}
+
+/** An embedding model of the catalogue whose vectors an HNSW index can hold (≤ 2 000 dimensions). */
+function embeddingModel(deps: Deps, id: string) {
+  const model = deps.models.model(id, 'embedding')
+  if (!model.dimensions || model.dimensions > 2000) {
+    throw new AppError('validation_error', `model ${id} has ${model.dimensions} dimensions; knowledge bases index at most 2000`, { param: 'embedding_model' })
+  }
+  return model
+}
+
+/** CONTRACT 6's `chunking`: chunk_size 32..4096 tokens, 0 ≤ chunk_overlap < chunk_size / 2. */
+function checkChunking(c: store.Chunking): store.Chunking {
+  if (c.chunk_overlap * 2 >= c.chunk_size) throw invalid('chunking.chunk_overlap', `must be less than half of chunk_size (${c.chunk_size})`)
+  return c.separators === undefined ? { chunk_size: c.chunk_size, chunk_overlap: c.chunk_overlap } : { ...c }
+}
+
+export async function createKnowledgeBase(deps: Deps, caller: Caller, input: KnowledgeBaseInput): Promise<store.KnowledgeBaseRow> {
+  await access(deps.db.sql, caller, input.workspace_id, 'build')
+  const embedding = embeddingModel(deps, input.embedding_model ?? DEFAULT_EMBEDDING_MODEL)
+  const rerank = deps.models.model(input.rerank_model ?? DEFAULT_RERANK_MODEL, 'rerank')
+  const chunking = checkChunking(input.chunking ?? DEFAULT_CHUNKING)
+  await store.ensureVectorIndex(deps.db.sql, embedding.dimensions!)
+  return store.insertKnowledgeBase(deps.db.sql, {
+    id: newId('kb'),
+    workspace_id: input.workspace_id,
+    name: input.name,
+    description: input.description ?? '',
+    embedding_model: embedding.id,
+    dimensions: embedding.dimensions!,
+    chunking,
+    retrieval_mode: input.retrieval?.mode ?? DEFAULT_RETRIEVAL_MODE,
+    rerank_model: rerank.id,
+    created_by: caller.userId,
+  })
+}
+
+export async function listKnowledgeBases(deps: Deps, caller: Caller, workspaceId: string, q: ListQuery) {
+  await access(deps.db.sql, caller, workspaceId, 'read')
+  return store.listKnowledgeBases(deps.db.sql, workspaceId, q)
+}
+
+/**
+ * PATCH: the fields given are replaced. A new embedding model makes every stored vector
+ * incomparable with the queries': on a base with documents it needs `reembed: true` (409
+ * otherwise), which re-indexes every document as a new generation (the old chunks stay searchable,
+ * with the old model's vectors, until each document's swap). Chunking applies to uploads and reparses
+ * from now on.
+ */
+export async function updateKnowledgeBase(deps: Deps, caller: Caller, id: string, input: KnowledgeBasePatchInput): Promise<store.KnowledgeBaseRow> {
+  const current = await loadKnowledgeBase(deps, caller, id, 'build')
+  const patch: store.KnowledgeBasePatch = {}
+  if (input.name !== undefined) patch.name = input.name
+  if (input.description !== undefined) patch.description = input.description
+  if (input.rerank_model !== undefined) patch.rerank_model = deps.models.model(input.rerank_model, 'rerank').id
+  if (input.chunking !== undefined) patch.chunking = checkChunking(input.chunking)
+  if (input.retrieval !== undefined) patch.retrieval_mode = input.retrieval.mode
+  const modelChange = input.embedding_model !== undefined && input.embedding_model !== current.embedding_model
+  if (modelChange) {
+    const model = embeddingModel(deps, input.embedding_model!)
+    patch.embedding_model = model.id
+    patch.dimensions = model.dimensions!
+    await store.ensureVectorIndex(deps.db.sql, model.dimensions!)
+  }
+  const updated = await deps.db.sql.begin(async (tx) => {
+    await store.lockKnowledgeBase(tx, id)
+    if (modelChange) {
+      const counts = await store.documentCounts(tx, id)
+      if (counts.documents > 0 && !input.reembed) {
+        const change = patch.dimensions === current.dimensions ? '' : ` (${current.dimensions} → ${patch.dimensions} dimensions)`
+        throw new AppError('conflict', `changing the embedding model of a knowledge base with documents${change} re-embeds every document: send reembed: true`, {
+          param: 'embedding_model',
+        })
+      }
+    }
+    const row = await store.updateKnowledgeBase(tx, id, patch)
+    if (modelChange && input.reembed) await requeueAll(tx, row)
+    return row
+  })
+  if (modelChange && input.reembed) deps.documents.nudge()
+  return updated
+}
+
+/** Deletes the base with its documents and chunks (rows cascade), then its originals. */
+export async function deleteKnowledgeBase(deps: Deps, caller: Caller, id: string): Promise<void> {
+  const kb = await loadKnowledgeBase(deps, caller, id, 'build')
+  await store.deleteKnowledgeBase(deps.db.sql, kb.id)
+  await deps.files.deletePrefix(kb.id).catch((err) => deps.log.warn({ err, knowledge_base_id: kb.id }, 'could not remove the originals of a deleted knowledge base'))
+}

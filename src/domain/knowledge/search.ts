@@ -1,0 +1,125 @@
+import type { Deps } from '../../deps'
+import { AppError, invalid } from '../../lib/errors'
+import * as store from '../../store/knowledge'
+import type { Caller } from '../access'
+import { loadKnowledgeBase } from './bases'
+
+/** CONTRACT 8: top_k 1..100, default 5. */
+export const DEFAULT_TOP_K = 5
+export const MAX_TOP_K = 100
+/** Reciprocal rank fusion's constant (Cormack et al.): damps the weight of the first few ranks. */
+const RRF_K = 60
+const MAX_FILTER_KEYS = 20
+const MAX_FILTER_VALUES = 100
+
+export interface SearchInput {
+  query: string
+  top_k?: number
+  filters?: Record<string, unknown>
+  rerank?: boolean
+}
+
+/** Spec section 2's search result item. */
+export interface SearchResult {
+  chunk_id: string
+  document_id: string
+  document_name: string
+  content: string
+  score: number
+  metadata: Record<string, unknown>
+}
+
+/** Filters: an object of metadata keys to JSON scalars, or to non-empty arrays of them ("any of"). */
+export function checkFilters(filters: unknown): Record<string, unknown> {
+  if (filters === undefined || filters === null) return {}
+  if (typeof filters !== 'object' || Array.isArray(filters)) throw invalid('filters', 'must be an object of metadata key/value pairs')
+  const entries = Object.entries(filters)
+  if (entries.length > MAX_FILTER_KEYS) throw invalid('filters', `at most ${MAX_FILTER_KEYS} keys`)
+  for (const [key, value] of entries) {
+    const values = Array.isArray(value) ? value : [value]
+    if (values.length === 0 || values.length > MAX_FILTER_VALUES) throw invalid(`filters.${key}`, `an array must hold 1 to ${MAX_FILTER_VALUES} values (any of them matches)`)
+    if (values.some((v) => v === null || typeof v === 'object')) throw invalid(`filters.${key}`, 'values are strings, numbers or booleans (or an array of them)')
+  }
+  return filters as Record<string, unknown>
+}
+
+/** Cosine similarity in [0, 1] (CONTRACT 8): 1 − distance, negative similarity counted as none. */
+const similarity = (distance: number) => Math.min(1, Math.max(0, 1 - distance))
+
+/**
+ * Searches one base (spec 4.4): the query is embedded with the base's model, then vector, full-text
+ * or hybrid (reciprocal rank fusion of both lists) per the base's retrieval mode, the filters inside
+ * each query. `rerank: true` reranks a candidate pool with the base's rerank model; `score` is then
+ * the rerank score, otherwise the cosine similarity to the query (in every mode: the order is the
+ * mode's, the score is comparable across modes).
+ */
+export async function searchKnowledgeBase(deps: Deps, caller: Caller, kbId: string, input: SearchInput, requestId: string, signal: AbortSignal): Promise<SearchResult[]> {
+  const kb = await loadKnowledgeBase(deps, caller, kbId, 'read')
+  return searchBase(deps, kb, input, { workspaceId: kb.workspace_id, requestId }, signal)
+}
+
+export async function searchBase(deps: Deps, kb: store.KnowledgeBaseRow, input: SearchInput, call: { workspaceId: string; requestId: string }, signal: AbortSignal): Promise<SearchResult[]> {
+  const topK = input.top_k ?? DEFAULT_TOP_K
+  if (!Number.isInteger(topK) || topK < 1 || topK > MAX_TOP_K) throw invalid('top_k', `must be an integer from 1 to ${MAX_TOP_K}`)
+  const filters = checkFilters(input.filters)
+  const query = input.query.trim()
+  if (!query) throw invalid('query', 'must not be empty')
+  const model = deps.models.model(kb.embedding_model, 'embedding')
+  const { vectors } = await deps.models.embed(call, model, [query], signal)
+  const vector = vectors[0]!
+  if (vector.length !== kb.dimensions) throw new AppError('upstream_error', `${model.id} answered ${vector.length} dimensions; the knowledge base holds ${kb.dimensions}`)
+  // A rerank looks at a wider pool than it returns: what the first stage ranked low may be the answer.
+  const pool = input.rerank ? Math.min(MAX_TOP_K, Math.max(topK * 4, 20)) : topK
+  const scope = { kbId: kb.id, dims: kb.dimensions, vector: `[${vector.join(',')}]`, filters, limit: pool }
+  const hits = await store.searchTransaction(deps.db.sql, scope.limit, async (tx) => {
+    if (kb.retrieval_mode === 'vector') return store.vectorSearch(tx, scope)
+    if (kb.retrieval_mode === 'fulltext') return store.fulltextSearch(tx, { ...scope, text: query })
+    // Hybrid: each list a little deeper than asked, fused by rank.
+    const deeper = { ...scope, limit: Math.min(MAX_TOP_K, Math.max(pool * 2, 20)) }
+    const [byVector, byText] = [await store.vectorSearch(tx, deeper), await store.fulltextSearch(tx, { ...deeper, text: query })]
+    return fuse([byVector, byText]).slice(0, pool)
+  })
+  if (!input.rerank || hits.length === 0) return hits.slice(0, topK).map((h) => toResult(h, similarity(h.distance)))
+  const reranker = deps.models.model(kb.rerank_model, 'rerank')
+  const ranked = await deps.models.rerank(call, reranker, query, hits.map((h) => h.content), topK, signal)
+  return ranked.results.slice(0, topK).map((r) => toResult(hits[r.index]!, r.relevance_score))
+}
+
+/** Reciprocal rank fusion: Σ 1 / (k + rank) over the lists a chunk appears in; ties by first appearance. */
+export function fuse(lists: store.ChunkHit[][]): store.ChunkHit[] {
+  const scores = new Map<string, { hit: store.ChunkHit; score: number; first: number }>()
+  let order = 0
+  for (const list of lists) {
+    list.forEach((hit, rank) => {
+      const entry = scores.get(hit.chunk_id) ?? { hit, score: 0, first: order++ }
+      entry.score += 1 / (RRF_K + rank + 1)
+      scores.set(hit.chunk_id, entry)
+    })
+  }
+  return [...scores.values()].sort((a, b) => b.score - a.score || a.first - b.first).map((e) => e.hit)
+}
+
+function toResult(h: store.ChunkHit, score: number): SearchResult {
+  return { chunk_id: h.chunk_id, document_id: h.document_id, document_name: h.document_name, content: h.content, score: Math.round(score * 1e6) / 1e6, metadata: h.metadata }
+}
+
+/**
+ * Searches several bases of one workspace (a workflow's knowledge_retrieval node): each with its own
+ * model and mode, the results merged by score. A base of another workspace is not found, as over HTTP.
+ */
+export async function searchBases(
+  deps: Deps,
+  workspaceId: string,
+  ids: string[],
+  input: SearchInput,
+  call: { workspaceId: string; requestId: string },
+  signal: AbortSignal,
+): Promise<(SearchResult & { knowledge_base_id: string })[]> {
+  const all: (SearchResult & { knowledge_base_id: string })[] = []
+  for (const id of new Set(ids)) {
+    const kb = await store.findKnowledgeBase(deps.db.sql, id)
+    if (!kb || kb.workspace_id !== workspaceId) throw new AppError('not_found', `knowledge base ${id} not found`)
+    for (const r of await searchBase(deps, kb, input, call, signal)) all.push({ ...r, knowledge_base_id: kb.id })
+  }
+  return all.sort((a, b) => b.score - a.score).slice(0, input.top_k ?? DEFAULT_TOP_K)
+}

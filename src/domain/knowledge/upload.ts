@@ -1,0 +1,126 @@
+import { once } from 'node:events'
+import Busboy from '@fastify/busboy'
+import { AppError, invalid } from '../../lib/errors'
+import { TooLarge, type FileStore } from '../../store/files'
+import { detectType, DOC_TYPES, type DocType } from './parse'
+
+/** How many bytes of a file decide its type (CONTRACT 8: by extension, checked against content). */
+const SNIFF_BYTES = 4096
+const MAX_FIELD_BYTES = 64 * 1024
+
+export interface StoredUpload {
+  name: string
+  type: DocType
+  size: number
+  sha256: string
+  fields: Record<string, string>
+}
+
+/**
+ * Reads a multipart/form-data upload (spec 4.4: `file`, `group`, `metadata`) and streams its one
+ * file to `files` under `key`, never holding it whole in memory: the first 4 KiB decide the type
+ * (415 when the extension is not ours or the content contradicts it), past `maxBytes` the upload
+ * stops (413) and nothing is kept. Text fields are answered as read; the caller validates them and
+ * deletes the stored file if it refuses them.
+ */
+export async function storeMultipart(request: Request, files: FileStore, key: string, maxBytes: number): Promise<StoredUpload> {
+  const contentType = request.headers.get('content-type') ?? ''
+  if (!/^multipart\/form-data\s*;.*boundary=/i.test(contentType)) {
+    throw new AppError('unsupported_media_type', 'upload with multipart/form-data (a `file` field), or JSON { type: "text", name, content }')
+  }
+  if (!request.body) throw invalid('file', 'is required')
+  const fields: Record<string, string> = {}
+  let stored: Promise<StoredUpload> | null = null
+  let failure: unknown = null
+  const bb = Busboy({
+    headers: { 'content-type': contentType },
+    limits: { files: 1, fields: 8, parts: 9, fieldSize: MAX_FIELD_BYTES, headerPairs: 32 },
+  })
+  bb.on('field', (name, value, _nameTruncated, valueTruncated) => {
+    if (valueTruncated) failure ??= invalid(name, `is longer than ${MAX_FIELD_BYTES} bytes`)
+    else fields[name] = value
+  })
+  bb.on('file', (field, stream, filename) => {
+    if (field !== 'file' || stored) {
+      failure ??= invalid(field, 'unexpected file field: send one file, in the field `file`')
+      stream.resume()
+      return
+    }
+    const name = filename?.trim() || ''
+    stored = storeFile(stream, name, files, key, maxBytes).then((s) => ({ ...s, fields }))
+    // Busboy keeps feeding the stream; a refused file must still be drained for the parse to finish.
+    stored.catch((err) => {
+      failure ??= err
+      stream.resume()
+    })
+  })
+  const finished = new Promise<void>((resolve, reject) => {
+    bb.on('finish', resolve)
+    bb.on('error', reject)
+  })
+  try {
+    for await (const chunk of request.body as unknown as AsyncIterable<Uint8Array>) {
+      if (failure) break
+      if (!bb.write(chunk)) await once(bb, 'drain')
+    }
+    if (!failure) {
+      bb.end()
+      await finished
+    }
+  } catch (err) {
+    failure ??= err instanceof AppError || err instanceof TooLarge ? err : invalid('file', 'the multipart body is malformed')
+  }
+  const result = stored ? await (stored as Promise<StoredUpload>).catch((err) => ((failure ??= err), null)) : null
+  if (failure) {
+    if (result) await files.delete(key)
+    throw failure instanceof TooLarge ? new AppError('payload_too_large', `the file is larger than ${maxBytes} bytes (MAX_UPLOAD_BYTES)`) : failure
+  }
+  if (!result) throw invalid('file', 'is required')
+  return result
+}
+
+/** Streams one file part to storage once its first bytes have shown what it is. */
+async function storeFile(stream: AsyncIterable<Uint8Array>, name: string, files: FileStore, key: string, maxBytes: number) {
+  if (!name) throw invalid('file', 'needs a file name (its extension decides the type)')
+  const ext = extensionOf(name)
+  if (!ext) throw unsupported(name)
+  let detected: DocType | null = null
+  async function* sniffed(): AsyncGenerator<Uint8Array> {
+    const head: Uint8Array[] = []
+    let headBytes = 0
+    let passing = false
+    for await (const chunk of stream) {
+      if (passing) {
+        yield chunk
+        continue
+      }
+      head.push(chunk)
+      headBytes += chunk.byteLength
+      if (headBytes < SNIFF_BYTES) continue
+      yield* decide()
+      passing = true
+    }
+    if (!passing) yield* decide()
+    function* decide() {
+      const bytes = Buffer.concat(head)
+      detected = detectType(name, bytes.subarray(0, SNIFF_BYTES))
+      if (!detected) throw unsupported(name)
+      yield bytes
+    }
+  }
+  const { size, sha256 } = await files.write(key, sniffed(), maxBytes)
+  return { name, type: detected! as DocType, size, sha256 }
+}
+
+export function extensionOf(name: string): string | null {
+  const dot = name.lastIndexOf('.')
+  if (dot <= 0) return null
+  const ext = name.slice(dot).toLowerCase()
+  return Object.hasOwn(DOC_TYPES, ext) ? ext : null
+}
+
+function unsupported(name: string) {
+  return new AppError('unsupported_media_type', `${name}: supported types are ${Object.keys(DOC_TYPES).join(' ')} (by extension, checked against the content)`, {
+    param: 'file',
+  })
+}
