@@ -362,19 +362,33 @@ export async function vectorSearch(tx: Sql, s: SearchScope): Promise<ChunkHit[]>
     limit ${s.limit}`
 }
 
+/** Full-text candidates ranked per query: enough for any top_k, few enough to rank in a few ms. */
+const FULLTEXT_POOL = 1000
+
 /**
- * Best full-text matches (GIN index on the 'english' tsvector): any of the query's words, ranked by
- * ts_rank_cd (an AND of every word would find nothing for most questions); the distance to the query
- * vector comes along for the score.
+ * Best full-text matches (GIN index on the 'english' tsvector), ranked by ts_rank over "any of the
+ * query's words" (an AND of every word would find nothing for most questions). Ranking every chunk
+ * that shares one common word with the query would cost milliseconds per thousand chunks, so the
+ * ranked pool is bounded: the chunks holding every word (the best matches) first, then chunks
+ * holding any of them, at most FULLTEXT_POOL of each. The distance to the query vector comes along
+ * for the score.
  */
 export async function fulltextSearch(tx: Sql, s: SearchScope & { text: string }): Promise<ChunkHit[]> {
   const vt = vectorType(tx, s.dims)
+  const filters = filterClause(tx, s.filters)
   return tx<ChunkHit[]>`
-    with q as (select nullif(replace(plainto_tsquery('english', ${s.text})::text, ' & ', ' | '), '')::tsquery as q)
+    with q as (
+      select plainto_tsquery('english', ${s.text}) as every,
+             nullif(replace(plainto_tsquery('english', ${s.text})::text, ' & ', ' | '), '')::tsquery as any
+    ), pool as (
+      (select c.id from chunks c, q where c.tsv @@ q.every and c.knowledge_base_id = ${s.kbId} ${filters} limit ${FULLTEXT_POOL})
+      union
+      (select c.id from chunks c, q where c.tsv @@ q.any and c.knowledge_base_id = ${s.kbId} ${filters} limit ${FULLTEXT_POOL})
+    )
     select c.id as chunk_id, c.document_id, d.name as document_name, c.content, c.metadata,
            (c.embedding::${vt} <=> ${s.vector}::${vt}) as distance
-    from q, chunks c join documents d on d.id = c.document_id
-    where c.tsv @@ q.q and c.knowledge_base_id = ${s.kbId} and c.generation = d.live_generation ${filterClause(tx, s.filters)}
-    order by ts_rank_cd(c.tsv, q.q) desc, c.id
+    from q, pool p join chunks c on c.id = p.id join documents d on d.id = c.document_id
+    where c.generation = d.live_generation
+    order by ts_rank(c.tsv, q.any) desc, c.id
     limit ${s.limit}`
 }
