@@ -32,11 +32,23 @@ export function loadKnowledgeBase(deps: Deps, caller: Caller, id: string, action
   return loadOwned(deps.db.sql, caller, 'knowledge base', id, action, store.findKnowledgeBase)
 }
 
+/** A model of the catalogue, its errors naming the request's field (`embedding_model`, `rerank_model`). */
+function modelFor(deps: Deps, id: string, type: 'embedding' | 'rerank', field: string) {
+  try {
+    return deps.models.model(id, type)
+  } catch (err) {
+    if (!(err instanceof AppError)) throw err
+    const message = err.message
+    throw new AppError(err.code, `${field}: ${message}`, { param: field, ...(err.code === 'validation_error' ? { details: [{ path: field, message }] } : {}) })
+  }
+}
+
 /** An embedding model of the catalogue whose vectors an HNSW index can hold (≤ 2 000 dimensions). */
 function embeddingModel(deps: Deps, id: string) {
-  const model = deps.models.model(id, 'embedding')
+  const model = modelFor(deps, id, 'embedding', 'embedding_model')
   if (!model.dimensions || model.dimensions > 2000) {
-    throw new AppError('validation_error', `model ${id} has ${model.dimensions} dimensions; knowledge bases index at most 2000`, { param: 'embedding_model' })
+    const message = `model ${id} has ${model.dimensions} dimensions; knowledge bases index at most 2000`
+    throw new AppError('validation_error', `embedding_model: ${message}`, { param: 'embedding_model', details: [{ path: 'embedding_model', message }] })
   }
   return model
 }
@@ -50,7 +62,7 @@ function checkChunking(c: store.Chunking): store.Chunking {
 export async function createKnowledgeBase(deps: Deps, caller: Caller, input: KnowledgeBaseInput): Promise<store.KnowledgeBaseRow> {
   await access(deps.db.sql, caller, input.workspace_id, 'build')
   const embedding = embeddingModel(deps, input.embedding_model ?? DEFAULT_EMBEDDING_MODEL)
-  const rerank = deps.models.model(input.rerank_model ?? DEFAULT_RERANK_MODEL, 'rerank')
+  const rerank = modelFor(deps, input.rerank_model ?? DEFAULT_RERANK_MODEL, 'rerank', 'rerank_model')
   const chunking = checkChunking(input.chunking ?? DEFAULT_CHUNKING)
   await store.ensureVectorIndex(deps.db.sql, embedding.dimensions!)
   return store.insertKnowledgeBase(deps.db.sql, {
@@ -84,7 +96,7 @@ export async function updateKnowledgeBase(deps: Deps, caller: Caller, id: string
   const patch: store.KnowledgeBasePatch = {}
   if (input.name !== undefined) patch.name = input.name
   if (input.description !== undefined) patch.description = input.description
-  if (input.rerank_model !== undefined) patch.rerank_model = deps.models.model(input.rerank_model, 'rerank').id
+  if (input.rerank_model !== undefined) patch.rerank_model = modelFor(deps, input.rerank_model, 'rerank', 'rerank_model').id
   if (input.chunking !== undefined) patch.chunking = checkChunking(input.chunking)
   if (input.retrieval !== undefined) patch.retrieval_mode = input.retrieval.mode
   const modelChange = input.embedding_model !== undefined && input.embedding_model !== current.embedding_model

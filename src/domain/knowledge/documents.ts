@@ -31,8 +31,8 @@ export function loadDocument(deps: Deps, caller: Caller, id: string, action: 're
 }
 
 function checkMetadata(raw: unknown): Record<string, unknown> {
-  if (raw === undefined || raw === null) return {}
-  if (typeof raw !== 'object' || Array.isArray(raw)) throw invalid('metadata', 'must be a JSON object of key/value pairs')
+  if (raw === undefined) return {}
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw invalid('metadata', 'must be a JSON object of key/value pairs')
   return raw as Record<string, unknown>
 }
 
@@ -108,6 +108,9 @@ export async function uploadText(
   const id = newId('doc')
   const key = originalKey({ knowledge_base_id: kb.id, id })
   const bytes = new TextEncoder().encode(body.content)
+  if (bytes.byteLength > deps.config.maxUploadBytes) {
+    throw new AppError('payload_too_large', `content is larger than ${deps.config.maxUploadBytes} bytes (MAX_UPLOAD_BYTES)`, { param: 'content' })
+  }
   const { size, sha256 } = await deps.files.write(key, [bytes], deps.config.maxUploadBytes)
   try {
     return await insertStored(deps, caller, kb, { id, name: body.name, type, size, sha256, group, metadata })

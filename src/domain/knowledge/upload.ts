@@ -32,17 +32,28 @@ export async function storeMultipart(request: Request, files: FileStore, key: st
   const fields: Record<string, string> = {}
   let stored: Promise<StoredUpload> | null = null
   let failure: unknown = null
+  // Settles at the first failure: the request is not read further (a wait for busboy to drain must
+  // not outlive a file whose storage already stopped).
+  let onFailure = () => {}
+  const failed = new Promise<void>((resolve) => (onFailure = resolve))
+  const fail = (err: unknown) => {
+    failure ??= err
+    onFailure()
+  }
   const bb = Busboy({
     headers: { 'content-type': contentType },
     limits: { files: 1, fields: 8, parts: 9, fieldSize: MAX_FIELD_BYTES, headerPairs: 32 },
   })
   bb.on('field', (name, value, _nameTruncated, valueTruncated) => {
-    if (valueTruncated) failure ??= invalid(name, `is longer than ${MAX_FIELD_BYTES} bytes`)
+    if (valueTruncated) fail(invalid(name, `is longer than ${MAX_FIELD_BYTES} bytes`))
     else fields[name] = value
   })
+  bb.on('filesLimit', () => fail(invalid('file', 'send one file per upload')))
+  bb.on('fieldsLimit', () => fail(invalid('body', 'too many form fields: send file, group and metadata')))
+  bb.on('partsLimit', () => fail(invalid('body', 'too many form parts: send file, group and metadata')))
   bb.on('file', (field, stream, filename) => {
     if (field !== 'file' || stored) {
-      failure ??= invalid(field, 'unexpected file field: send one file, in the field `file`')
+      fail(invalid(field, 'unexpected file field: send one file, in the field `file`'))
       stream.resume()
       return
     }
@@ -50,7 +61,7 @@ export async function storeMultipart(request: Request, files: FileStore, key: st
     stored = storeFile(stream, name, files, key, maxBytes).then((s) => ({ ...s, fields }))
     // Busboy keeps feeding the stream; a refused file must still be drained for the parse to finish.
     stored.catch((err) => {
-      failure ??= err
+      fail(err)
       stream.resume()
     })
   })
@@ -61,16 +72,18 @@ export async function storeMultipart(request: Request, files: FileStore, key: st
   try {
     for await (const chunk of request.body as unknown as AsyncIterable<Uint8Array>) {
       if (failure) break
-      if (!bb.write(chunk)) await once(bb, 'drain')
+      if (!bb.write(chunk)) await Promise.race([once(bb, 'drain'), failed])
+      if (failure) break
     }
     if (!failure) {
       bb.end()
-      await finished
+      await Promise.race([finished, failed])
     }
   } catch (err) {
-    failure ??= err instanceof AppError || err instanceof TooLarge ? err : invalid('file', 'the multipart body is malformed')
+    fail(err instanceof AppError || err instanceof TooLarge ? err : invalid('file', 'the multipart body is malformed'))
   }
-  const result = stored ? await (stored as Promise<StoredUpload>).catch((err) => ((failure ??= err), null)) : null
+  const result = stored ? await (stored as Promise<StoredUpload>).catch((err) => (fail(err), null)) : null
+  if (failure) bb.destroy()
   if (failure) {
     if (result) await files.delete(key)
     throw failure instanceof TooLarge ? new AppError('payload_too_large', `the file is larger than ${maxBytes} bytes (MAX_UPLOAD_BYTES)`) : failure
