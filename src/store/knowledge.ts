@@ -345,21 +345,35 @@ export async function searchTransaction<T>(sql: Pool, limit: number, fn: (tx: Tx
   })) as T
 }
 
-const vectorType = (sql: Sql, dims: number) => {
+/**
+ * `vector(<dims>)` and the literal `<dims>`: both must be literals, not parameters. A type modifier
+ * cannot be one, and a partial index (`where dims = 384`) only serves a query whose own condition
+ * proves its predicate, which `dims = $1` does not once Postgres switches a prepared statement to
+ * its generic plan.
+ */
+function sizeOf(sql: Sql, dims: number) {
   if (!Number.isInteger(dims) || dims < 1 || dims > 2000) throw new Error(`bad dimensions ${dims}`)
-  return sql.unsafe(`vector(${dims})`)
+  return { type: sql.unsafe(`vector(${dims})`), dims: sql.unsafe(String(dims)) }
 }
 
-/** Nearest chunks by cosine distance, through the base's size's partial HNSW index. */
+/**
+ * Nearest chunks by cosine distance, through the base's size's partial HNSW index. The searched
+ * generation is checked per candidate (a subquery on the document's primary key) rather than by a
+ * join, which the planner would rather answer with a scan of every chunk of the base and a sort.
+ */
 export async function vectorSearch(tx: Sql, s: SearchScope): Promise<ChunkHit[]> {
-  const vt = vectorType(tx, s.dims)
+  const { type: vt, dims } = sizeOf(tx, s.dims)
   return tx<ChunkHit[]>`
-    select c.id as chunk_id, c.document_id, d.name as document_name, c.content, c.metadata,
-           (c.embedding::${vt} <=> ${s.vector}::${vt}) as distance
-    from chunks c join documents d on d.id = c.document_id
-    where c.dims = ${s.dims} and c.knowledge_base_id = ${s.kbId} and c.generation = d.live_generation ${filterClause(tx, s.filters)}
-    order by c.embedding::${vt} <=> ${s.vector}::${vt}
-    limit ${s.limit}`
+    select h.chunk_id, h.document_id, d.name as document_name, h.content, h.metadata, h.distance
+    from (
+      select c.id as chunk_id, c.document_id, c.content, c.metadata, (c.embedding::${vt} <=> ${s.vector}::${vt}) as distance
+      from chunks c
+      where c.dims = ${dims} and c.knowledge_base_id = ${s.kbId}
+        and c.generation = (select live_generation from documents where id = c.document_id) ${filterClause(tx, s.filters)}
+      order by c.embedding::${vt} <=> ${s.vector}::${vt}
+      limit ${s.limit}
+    ) h join documents d on d.id = h.document_id
+    order by h.distance, h.chunk_id`
 }
 
 /** Full-text candidates ranked per query: enough for any top_k, few enough to rank in a few ms. */
@@ -374,7 +388,7 @@ const FULLTEXT_POOL = 1000
  * for the score.
  */
 export async function fulltextSearch(tx: Sql, s: SearchScope & { text: string }): Promise<ChunkHit[]> {
-  const vt = vectorType(tx, s.dims)
+  const { type: vt } = sizeOf(tx, s.dims)
   const filters = filterClause(tx, s.filters)
   return tx<ChunkHit[]>`
     with q as (

@@ -73,7 +73,9 @@ create table chunks (
   unique (document_id, generation, position)
 );
 create index chunks_kb_idx on chunks (knowledge_base_id);
-create index chunks_tsv_idx on chunks using gin (tsv);
-create index chunks_metadata_idx on chunks using gin (metadata jsonb_path_ops);
+-- fastupdate off: a GIN index's pending list is scanned in full by every search until a vacuum
+-- merges it, and PGlite runs no autovacuum; entries go into the index as each chunk is written.
+create index chunks_tsv_idx on chunks using gin (tsv) with (fastupdate = off);
+create index chunks_metadata_idx on chunks using gin (metadata jsonb_path_ops) with (fastupdate = off);
 -- local-embed, the default model: 384 dimensions.
 create index chunks_hnsw_384_idx on chunks using hnsw ((embedding::vector(384)) vector_cosine_ops) where dims = 384;
