@@ -4,7 +4,7 @@
  *   (a) ingestion: DOCS text uploads of ~2 KB (`POST /v1/knowledge-bases/{id}/documents`, JSON,
  *       CONCURRENCY in flight) to a base with the default settings (local-embed, 256-token chunks);
  *       chunks/s from the first upload sent to the last `indexed_at`                 target >= 1000
- *       beside (a') the store's ceiling: the same documents' statements (insert, claim, the three
+ *       beside (a') the store's ceiling: the same documents' statements (insert, lease, the two
  *       transitions, the chunk inserts with their embeddings, the ready swap) run directly through
  *       the store functions on the same data directory once the service has stopped, embeddings
  *       and snapshots computed beforehand (untimed)
@@ -226,7 +226,6 @@ async function ingestCeiling(db: Database, kb: store.KnowledgeBaseRow, first: nu
         const g = { id: row.id, generation: 1, owner }
         await store.writeDocumentTransition(sql, { ...g, status: 'parsing' }, { status: 'chunking', snapshot: parsed, generation: 1 })
         await store.writeDocumentTransition(sql, { ...g, status: 'chunking' }, { status: 'embedding', snapshot: d.chunked, generation: 1 })
-        await store.writtenPositions(sql, row.id, 1)
         await store.insertChunks(sql, { id: row.id, knowledge_base_id: kb.id, generation: 1, metadata: { i: d.i }, owner }, kb.dimensions, d.chunks)
         await store.writeDocumentTransition(sql, { ...g, status: 'embedding' }, { status: 'ready', snapshot: d.ready, generation: 1, ready: { chunks: d.chunks.length } }, {
           type: 'knowledge.document.ready', data: { knowledge_base_id: kb.id, document_id: row.id, name: row.name },

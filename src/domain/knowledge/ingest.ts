@@ -66,8 +66,10 @@ export async function ingestDocument(deps: Deps, owner: string, claimed: store.D
     if (doc.status === 'parsing') await advance([{ type: 'parsed' }])
     const chunks = chunkDocument(parsed, settings)
     if (chunks.length === 0) throw new IngestFailure('empty_document', 'the document has no text to index')
+    // Claimed in `embedding`: a worker died there, some positions may be written already.
+    const resumed = doc.status === 'embedding'
     if (doc.status === 'chunking') await advance([{ type: 'chunked', chunks: chunks.length }])
-    await embedAndWrite(deps, owner, doc, kb, chunks, signal)
+    await embedAndWrite(deps, owner, doc, kb, chunks, resumed, signal)
     await advance([{ type: 'indexed' }], { ready: { chunks: chunks.length } })
   } catch (err) {
     if (!(err instanceof IngestFailure)) throw err
@@ -92,8 +94,10 @@ async function parse(deps: Deps, doc: store.DocumentRow): Promise<ParsedDocument
 }
 
 /** Embeds the chunks not written yet (a resumed ingestion skips the rest) and writes them, a batch at a time. */
-async function embedAndWrite(deps: Deps, owner: string, doc: store.DocumentRow, kb: store.KnowledgeBaseRow, chunks: Chunk[], signal: AbortSignal) {
-  const written = await store.writtenPositions(deps.db.sql, doc.id, doc.generation)
+async function embedAndWrite(deps: Deps, owner: string, doc: store.DocumentRow, kb: store.KnowledgeBaseRow, chunks: Chunk[], resumed: boolean, signal: AbortSignal) {
+  // Chunks of a generation are only written in `embedding`, by its lease holder: entered just now,
+  // there are none yet.
+  const written = resumed ? await store.writtenPositions(deps.db.sql, doc.id, doc.generation) : new Set<number>()
   const todo = chunks.filter((c) => !written.has(c.position))
   const model = deps.models.model(kb.embedding_model, 'embedding')
   for (let i = 0; i < todo.length; i += EMBED_BATCH) {
