@@ -308,7 +308,11 @@ async function searchCeiling(db: Database, kb: store.KnowledgeBaseRow, filters: 
         const began = performance.now()
         // The hybrid mode's two statements, as src/domain/knowledge/search.ts issues them.
         const deeper = { ...scope, limit: Math.max(TOP_K * 2, 20) }
-        await store.searchTransaction(db.sql, TOP_K, async (tx) => [await store.vectorSearch(tx, deeper), await store.fulltextSearch(tx, { ...deeper, text: QUERIES[k]! })])
+        await store.searchTransaction(db.sql, TOP_K, async (tx) => {
+          const byText = await store.fulltextSearch(tx, { ...deeper, text: QUERIES[k]! })
+          await store.preferIndexOrder(tx)
+          return [await store.vectorSearch(tx, deeper), byText]
+        })
         latencies.push(performance.now() - began)
       }
     }),
@@ -349,7 +353,10 @@ async function recall(db: Database, kb: store.KnowledgeBaseRow) {
   for (let i = 0; i < 200; i++) {
     const q = query(50_000 + i)
     const scope = { kbId: kb.id, dims: 384, vector: `[${embedText(q).join(',')}]`, filters: {}, limit: TOP_K }
-    const approx = await store.searchTransaction(db.sql, TOP_K, (tx) => store.vectorSearch(tx, scope))
+    const approx = await store.searchTransaction(db.sql, TOP_K, async (tx) => {
+      await store.preferIndexOrder(tx)
+      return store.vectorSearch(tx, scope)
+    })
     const exact = await db.sql.begin(async (tx) => {
       await tx`set local enable_indexscan = off`
       return store.vectorSearch(tx, scope)

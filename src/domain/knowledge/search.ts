@@ -72,12 +72,16 @@ export async function searchBase(deps: Deps, kb: store.KnowledgeBaseRow, input: 
   const pool = input.rerank ? Math.min(MAX_TOP_K, Math.max(topK * 4, 20)) : topK
   const scope = { kbId: kb.id, dims: kb.dimensions, vector: `[${vector.join(',')}]`, filters, limit: pool }
   const hits = await store.searchTransaction(deps.db.sql, scope.limit, async (tx) => {
-    if (kb.retrieval_mode === 'vector') return store.vectorSearch(tx, scope)
     if (kb.retrieval_mode === 'fulltext') return store.fulltextSearch(tx, { ...scope, text: query })
-    // Hybrid: each list a little deeper than asked, fused by rank.
+    if (kb.retrieval_mode === 'vector') {
+      await store.preferIndexOrder(tx)
+      return store.vectorSearch(tx, scope)
+    }
+    // Hybrid: each list a little deeper than asked, fused by rank; full text first (it needs a sort).
     const deeper = { ...scope, limit: Math.min(MAX_TOP_K, Math.max(pool * 2, 20)) }
-    const [byVector, byText] = [await store.vectorSearch(tx, deeper), await store.fulltextSearch(tx, { ...deeper, text: query })]
-    return fuse([byVector, byText]).slice(0, pool)
+    const byText = await store.fulltextSearch(tx, { ...deeper, text: query })
+    await store.preferIndexOrder(tx)
+    return fuse([await store.vectorSearch(tx, deeper), byText]).slice(0, pool)
   })
   if (!input.rerank || hits.length === 0) return hits.slice(0, topK).map((h) => toResult(h, similarity(h.distance)))
   const reranker = deps.models.model(kb.rerank_model, 'rerank')
