@@ -1,4 +1,5 @@
 import { idFloor, newId } from '../lib/ids'
+import type { Fragment } from 'postgres'
 import type { Sql, Tx } from './db'
 
 export interface EventRow {
@@ -22,6 +23,18 @@ export async function emit(tx: Tx | Sql, workspaceId: string | null, type: strin
     values (${newId('evt')}, ${workspaceId}, ${type}, ${tx.json(data as never)}, clock_timestamp())
     returning *`
   return row!
+}
+
+/**
+ * The row emit() writes, as a data-modifying CTE `o` of a statement whose CTE `u` returns the row
+ * the event announces (its `workspace_id`): the event commits with that row's change, in one round
+ * trip. `extra` is SQL over `u` merged into `data` (what only the update knows, e.g. a duration).
+ */
+export function outboxCte(sql: Sql, type: string, data: Record<string, unknown>, extra: Fragment = sql`'{}'::jsonb`): Fragment {
+  return sql`, o as (
+    insert into events (id, workspace_id, type, data, created_at)
+    select ${newId('evt')}, u.workspace_id, ${type}, ${sql.json(data as never)}::jsonb || ${extra}, clock_timestamp()
+    from u)`
 }
 
 /** Undispatched events, oldest first; `for update skip locked` lets several workers share the outbox. */

@@ -3,6 +3,7 @@ import type { ListQuery } from '../lib/lists'
 import type { Persisted } from '../machines/runner'
 import type { DocumentContext, DocumentStatus } from '../machines/document.machine'
 import type { Pool, Sql, Tx } from './db'
+import { outboxCte } from './events'
 import { listClauses } from './lists'
 
 export type RetrievalMode = 'vector' | 'hybrid' | 'fulltext'
@@ -245,15 +246,8 @@ export async function writeDocumentTransition(sql: Sql, guard: DocumentGuard, w:
       ${guard.owner === undefined ? sql`` : sql`and lease_owner = ${guard.owner}`}
     returning *`
   const swap = w.ready ? sql`, s as (delete from chunks where document_id = (select id from u) and generation <> ${w.generation})` : sql``
-  // The outbox row emit() (store/events.ts) would write, from the updated row.
-  const event = outbox
-    ? sql`, o as (
-        insert into events (id, workspace_id, type, data, created_at)
-        select ${newId('evt')}, u.workspace_id, ${outbox.type},
-               ${sql.json(outbox.data as never)}::jsonb || ${w.ready ? sql`jsonb_build_object('chunks_count', u.chunks_count, 'indexed_at', to_char(u.indexed_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))` : sql`'{}'::jsonb`},
-               clock_timestamp()
-        from u)`
-    : sql``
+  const readiness = sql`jsonb_build_object('chunks_count', u.chunks_count, 'indexed_at', to_char(u.indexed_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))`
+  const event = outbox ? outboxCte(sql, outbox.type, outbox.data, w.ready ? readiness : undefined) : sql``
   const [row] = await sql<DocumentRow[]>`with u as (${update}) ${swap} ${event} select * from u`
   return row ?? null
 }

@@ -1,9 +1,9 @@
 import { notFound } from '../lib/errors'
-import { newId } from '../lib/ids'
 import type { ListQuery } from '../lib/lists'
 import type { Persisted } from '../machines/runner'
 import type { RunContext } from '../machines/workflow-run.machine'
 import type { Sql, Tx } from './db'
+import { outboxCte } from './events'
 import { listClauses } from './lists'
 
 export type RunStatus = 'running' | 'completed' | 'failed' | 'cancelled'
@@ -149,14 +149,7 @@ export async function writeTransition(
     where id = ${guard.id} and status = 'running' and next_seq = ${guard.next_seq}
       ${guard.owner === undefined ? sql`` : sql`and lease_owner = ${guard.owner}`}
     returning *`
-  // The outbox row emit() (store/events.ts) would write, from the updated row.
-  const event = outbox
-    ? sql`, o as (
-        insert into events (id, workspace_id, type, data, created_at)
-        select ${newId('evt')}, u.workspace_id, ${outbox.type},
-               ${sql.json(outbox.data as never)}::jsonb || jsonb_build_object('duration_ms', u.duration_ms), clock_timestamp()
-        from u)`
-    : sql``
+  const event = outbox ? outboxCte(sql, outbox.type, outbox.data, sql`jsonb_build_object('duration_ms', u.duration_ms)`) : sql``
   const [row] = await sql<RunRow[]>`
     with u as (${update}),
     e as (

@@ -56,7 +56,6 @@ export async function ingestDocument(deps: Deps, owner: string, claimed: store.D
     )
     if (!saved) throw new DocumentGone(`document ${doc.id} was deleted, restarted or taken over`)
     doc = saved
-    if (outbox) deps.events.nudge()
   }
 
   try {
