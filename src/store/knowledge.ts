@@ -389,6 +389,16 @@ export async function vectorSearch(tx: Sql, s: SearchScope): Promise<ChunkHit[]>
     order by h.distance, h.chunk_id`
 }
 
+/**
+ * The same search without the HNSW index: every chunk passing the filters, by exact distance (the
+ * metadata GIN index finds them). For a filter so selective that the graph walk ends before `limit`
+ * matches (HNSW does not promise to reach every node), which is when this costs little.
+ */
+export async function exactVectorSearch(tx: Sql, s: SearchScope): Promise<ChunkHit[]> {
+  await tx`select set_config('enable_indexscan', 'off', true), set_config('enable_seqscan', 'on', true), set_config('enable_sort', 'on', true)`
+  return vectorSearch(tx, s)
+}
+
 /** Full-text candidates ranked per query: enough for any top_k, few enough to rank in a few ms. */
 const FULLTEXT_POOL = 1000
 

@@ -204,7 +204,7 @@ describe('384 dimensions (local-embed)', () => {
     expect(rows.map((r) => r.chunk_id).sort()).toEqual(RARE_IDS)
   })
 
-  test('through the HNSW index, the iterative scan finds every chunk passing a selective filter: exactly N, or exactly top_k', async () => {
+  test('through the HNSW index, the iterative scan finds the chunks passing a selective filter (exactly N, or exactly top_k), and the exact search any it misses', async () => {
     const sql = h.deps.db.sql
     const v = randomVector(384)
     const run = (limit: number, filters: Record<string, unknown>, iterative = true) =>
@@ -216,6 +216,15 @@ describe('384 dimensions (local-embed)', () => {
     for (const filters of [{ tag: 'rare' }, { x: 'a', y: 'b' }, { tag: ['rare', 'none'] }]) {
       const all = await run(10, filters)
       expect(all.plan.filter(touchesChunks)).toEqual(['Index Scan using chunks_hnsw_384_idx'])
+      // HNSW does not promise to reach every node: on random vectors the walk missed one of the six
+      // now and then (server mode). The search answers those with the exact search (next test);
+      // here, the walk's rows all pass the filter, and the exact search finds all six.
+      if (all.rows.length < RARE) {
+        for (const r of all.rows) expect(RARE_IDS).toContain(r.chunk_id)
+        const exact = await store.searchTransaction(sql, 10, (tx) => store.exactVectorSearch(tx, search384(kb, v, 10, filters)))
+        expect(exact.map((r) => r.chunk_id).sort()).toEqual(RARE_IDS)
+        continue
+      }
       expect(all.rows.map((r) => r.chunk_id).sort()).toEqual(RARE_IDS)
       for (let i = 1; i < all.rows.length; i++) expect(all.rows[i]!.distance).toBeGreaterThanOrEqual(all.rows[i - 1]!.distance)
       expect((await run(RARE, filters)).rows.map((r) => r.chunk_id)).toEqual(all.rows.map((r) => r.chunk_id))

@@ -1,5 +1,6 @@
 import type { Deps } from '../../deps'
 import { AppError, invalid } from '../../lib/errors'
+import type { Tx } from '../../store/db'
 import * as store from '../../store/knowledge'
 import type { Caller } from '../access'
 import { loadKnowledgeBase } from './bases'
@@ -73,20 +74,27 @@ export async function searchBase(deps: Deps, kb: store.KnowledgeBaseRow, input: 
   const scope = { kbId: kb.id, dims: kb.dimensions, vector: `[${vector.join(',')}]`, filters, limit: pool }
   const hits = await store.searchTransaction(deps.db.sql, scope.limit, async (tx) => {
     if (kb.retrieval_mode === 'fulltext') return store.fulltextSearch(tx, { ...scope, text: query })
-    if (kb.retrieval_mode === 'vector') {
-      await store.preferIndexOrder(tx)
-      return store.vectorSearch(tx, scope)
-    }
+    if (kb.retrieval_mode === 'vector') return nearest(tx, scope)
     // Hybrid: each list a little deeper than asked, fused by rank; full text first (it needs a sort).
     const deeper = { ...scope, limit: Math.min(MAX_TOP_K, Math.max(pool * 2, 20)) }
     const byText = await store.fulltextSearch(tx, { ...deeper, text: query })
-    await store.preferIndexOrder(tx)
-    return fuse([await store.vectorSearch(tx, deeper), byText]).slice(0, pool)
+    return fuse([await nearest(tx, deeper), byText]).slice(0, pool)
   })
   if (!input.rerank || hits.length === 0) return hits.slice(0, topK).map((h) => toResult(h, similarity(h.distance)))
   const reranker = deps.models.model(kb.rerank_model, 'rerank')
   const ranked = await deps.models.rerank(call, reranker, query, hits.map((h) => h.content), topK, signal)
   return ranked.results.slice(0, topK).map((r) => toResult(hits[r.index]!, r.relevance_score))
+}
+
+/**
+ * Nearest chunks through the HNSW index; when filters leave fewer than asked (the graph walk may end
+ * before reaching every match of a very selective filter), the exact search answers instead.
+ */
+async function nearest(tx: Tx, scope: store.SearchScope): Promise<store.ChunkHit[]> {
+  await store.preferIndexOrder(tx)
+  const hits = await store.vectorSearch(tx, scope)
+  if (hits.length >= scope.limit || Object.keys(scope.filters).length === 0) return hits
+  return store.exactVectorSearch(tx, scope)
 }
 
 /** Reciprocal rank fusion: Σ 1 / (k + rank) over the lists a chunk appears in; ties by first appearance. */
