@@ -18,7 +18,7 @@ type Snapshot = Persisted<DocumentContext>
 const MAX_GROUP = 64
 const MAX_NAME = 255
 
-/** The machine applied to `events`; a refused one is a 409 for the API (`what` names the request). */
+/** The document machine applied to `events` in memory; null when its state refuses one of them. */
 export function applyDocumentEvents(snapshot: Snapshot, events: DocumentEvent[]): Snapshot | null {
   return (advanceMany(documentMachine, snapshot, events)?.persisted as Snapshot | undefined) ?? null
 }

@@ -97,10 +97,10 @@ async function embedAndWrite(deps: Deps, owner: string, doc: store.DocumentRow, 
   // Chunks of a generation are only written in `embedding`, by its lease holder: entered just now,
   // there are none yet.
   const written = resumed ? await store.writtenPositions(deps.db.sql, doc.id, doc.generation) : new Set<number>()
-  const todo = chunks.filter((c) => !written.has(c.position))
+  const missing = chunks.filter((c) => !written.has(c.position))
   const model = deps.models.model(kb.embedding_model, 'embedding')
-  for (let i = 0; i < todo.length; i += EMBED_BATCH) {
-    const batch = todo.slice(i, i + EMBED_BATCH)
+  for (let i = 0; i < missing.length; i += EMBED_BATCH) {
+    const batch = missing.slice(i, i + EMBED_BATCH)
     let vectors: number[][]
     try {
       ;({ vectors } = await deps.models.embed({ workspaceId: doc.workspace_id, requestId: doc.id }, model, batch.map((c) => c.content), signal))
