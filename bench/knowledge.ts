@@ -310,7 +310,7 @@ async function searchCeiling(db: Database, kb: store.KnowledgeBaseRow, filters: 
         const deeper = { ...scope, limit: Math.max(TOP_K * 2, 20) }
         await store.searchTransaction(db.sql, TOP_K, async (tx) => {
           const byText = await store.fulltextSearch(tx, { ...deeper, text: QUERIES[k]! })
-          await store.preferIndexOrder(tx)
+          await store.preferIndexOrder(tx, Object.keys(filters).length > 0)
           return [await store.vectorSearch(tx, deeper), byText]
         })
         latencies.push(performance.now() - began)

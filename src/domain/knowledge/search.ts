@@ -91,9 +91,10 @@ export async function searchBase(deps: Deps, kb: store.KnowledgeBaseRow, input: 
  * before reaching every match of a very selective filter), the exact search answers instead.
  */
 async function nearest(tx: Tx, scope: store.SearchScope): Promise<store.ChunkHit[]> {
-  await store.preferIndexOrder(tx)
+  const filtered = Object.keys(scope.filters).length > 0
+  await store.preferIndexOrder(tx, filtered)
   const hits = await store.vectorSearch(tx, scope)
-  if (hits.length >= scope.limit || Object.keys(scope.filters).length === 0) return hits
+  if (hits.length >= scope.limit || !filtered) return hits
   return store.exactVectorSearch(tx, scope)
 }
 
