@@ -111,12 +111,10 @@ export async function deleteKnowledgeBase(sql: Sql, id: string): Promise<void> {
   await sql`delete from knowledge_bases where id = ${id}`
 }
 
-/** How many documents a base holds, and how many have chunks (a non-empty base). */
-export async function documentCounts(sql: Sql, kbId: string): Promise<{ documents: number; indexed: number }> {
-  const [row] = await sql<{ documents: number; indexed: number }[]>`
-    select count(*)::int as documents, count(*) filter (where live_generation is not null)::int as indexed
-    from documents where knowledge_base_id = ${kbId}`
-  return row!
+/** Whether a base holds any document (in any status: each would be embedded with the base's model). */
+export async function hasDocuments(sql: Sql, kbId: string): Promise<boolean> {
+  const [row] = await sql<{ any: boolean }[]>`select exists (select 1 from documents where knowledge_base_id = ${kbId}) as any`
+  return row!.any
 }
 
 /**

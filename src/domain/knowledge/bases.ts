@@ -109,8 +109,7 @@ export async function updateKnowledgeBase(deps: Deps, caller: Caller, id: string
   const updated = await deps.db.sql.begin(async (tx) => {
     await store.lockKnowledgeBase(tx, id)
     if (modelChange) {
-      const counts = await store.documentCounts(tx, id)
-      if (counts.documents > 0 && !input.reembed) {
+      if (!input.reembed && (await store.hasDocuments(tx, id))) {
         const change = patch.dimensions === current.dimensions ? '' : ` (${current.dimensions} → ${patch.dimensions} dimensions)`
         throw new AppError('conflict', `changing the embedding model of a knowledge base with documents${change} re-embeds every document: send reembed: true`, {
           param: 'embedding_model',

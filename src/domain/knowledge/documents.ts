@@ -9,8 +9,8 @@ import * as store from '../../store/knowledge'
 import type { Caller } from '../access'
 import { loadOwned } from '../workspaces'
 import { loadKnowledgeBase } from './bases'
-import { DOC_TYPES } from './parse'
-import { extensionOf, storeMultipart } from './upload'
+import { typeOfName } from './parse'
+import { storeMultipart } from './upload'
 
 type Snapshot = Persisted<DocumentContext>
 
@@ -103,8 +103,7 @@ export async function uploadText(
   const metadata = checkMetadata(body.metadata)
   const group = checkGroup(body.group)
   // A name with one of our extensions keeps it (notes.md is parsed as Markdown); anything else is text.
-  const ext = extensionOf(body.name)
-  const type = ext && (DOC_TYPES[ext] === 'md' || DOC_TYPES[ext] === 'txt') ? DOC_TYPES[ext]! : 'txt'
+  const type = typeOfName(body.name) === 'md' ? 'md' : 'txt'
   const id = newId('doc')
   const key = originalKey({ knowledge_base_id: kb.id, id })
   const bytes = new TextEncoder().encode(body.content)

@@ -65,10 +65,9 @@ export async function ingestDocument(deps: Deps, owner: string, claimed: store.D
     if (doc.status === 'parsing') await advance([{ type: 'parsed' }])
     const chunks = chunkDocument(parsed, settings)
     if (chunks.length === 0) throw new IngestFailure('empty_document', 'the document has no text to index')
-    // Claimed in `embedding`: a worker died there, some positions may be written already.
-    const resumed = doc.status === 'embedding'
     if (doc.status === 'chunking') await advance([{ type: 'chunked', chunks: chunks.length }])
-    await embedAndWrite(deps, owner, doc, kb, chunks, resumed, signal)
+    // Claimed in `embedding`: a worker died there, some positions may be written already.
+    await embedAndWrite(deps, owner, doc, kb, chunks, claimed.status === 'embedding', signal)
     await advance([{ type: 'indexed' }], { ready: { chunks: chunks.length } })
   } catch (err) {
     if (!(err instanceof IngestFailure)) throw err

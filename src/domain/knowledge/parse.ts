@@ -52,9 +52,16 @@ function isText(head: Uint8Array): boolean {
  * contradicts it (a .pdf that does not start with %PDF-, a .docx that is not a ZIP, a text type with NUL
  * bytes or invalid UTF-8 in head). The caller answers 415 for null.
  */
-export function detectType(filename: string, head: Uint8Array): DocType | null {
+/** The type a file name's extension names (one of DOC_TYPES, case-insensitive), or null. */
+export function typeOfName(filename: string): DocType | null {
   const dot = filename.lastIndexOf('.')
-  const type = dot < 0 ? undefined : DOC_TYPES[filename.slice(dot).toLowerCase()]
+  if (dot <= 0) return null
+  const ext = filename.slice(dot).toLowerCase()
+  return Object.hasOwn(DOC_TYPES, ext) ? DOC_TYPES[ext]! : null
+}
+
+export function detectType(filename: string, head: Uint8Array): DocType | null {
+  const type = typeOfName(filename)
   if (!type) return null
   if (type === 'pdf') return startsWith(head, PDF_MAGIC) ? type : null
   if (type === 'docx') return startsWith(head, ZIP_MAGIC) ? type : null

@@ -2,7 +2,7 @@ import { once } from 'node:events'
 import Busboy from '@fastify/busboy'
 import { AppError, invalid } from '../../lib/errors'
 import { TooLarge, type FileStore } from '../../store/files'
-import { detectType, DOC_TYPES, type DocType } from './parse'
+import { detectType, DOC_TYPES, typeOfName, type DocType } from './parse'
 
 /** How many bytes of a file decide its type (CONTRACT 8: by extension, checked against content). */
 const SNIFF_BYTES = 4096
@@ -95,8 +95,7 @@ export async function storeMultipart(request: Request, files: FileStore, key: st
 /** Streams one file part to storage once its first bytes have shown what it is. */
 async function storeFile(stream: AsyncIterable<Uint8Array>, name: string, files: FileStore, key: string, maxBytes: number) {
   if (!name) throw invalid('file', 'needs a file name (its extension decides the type)')
-  const ext = extensionOf(name)
-  if (!ext) throw unsupported(name)
+  if (!typeOfName(name)) throw unsupported(name)
   let detected: DocType | null = null
   async function* sniffed(): AsyncGenerator<Uint8Array> {
     const head: Uint8Array[] = []
@@ -123,13 +122,6 @@ async function storeFile(stream: AsyncIterable<Uint8Array>, name: string, files:
   }
   const { size, sha256 } = await files.write(key, sniffed(), maxBytes)
   return { name, type: detected! as DocType, size, sha256 }
-}
-
-export function extensionOf(name: string): string | null {
-  const dot = name.lastIndexOf('.')
-  if (dot <= 0) return null
-  const ext = name.slice(dot).toLowerCase()
-  return Object.hasOwn(DOC_TYPES, ext) ? ext : null
 }
 
 function unsupported(name: string) {
