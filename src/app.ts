@@ -11,6 +11,7 @@ import { usageRoutes } from './routes/usage'
 import { workflowRoutes } from './routes/workflows'
 import { runRoutes } from './routes/runs'
 import { knowledgeRoutes } from './routes/knowledge'
+import { agentRoutes } from './routes/agents'
 import { workspaceRoutes } from './routes/workspaces'
 
 const documentation = {
@@ -31,6 +32,7 @@ const documentation = {
     { name: 'machines', description: 'The state machines behind the API, described from their XState definitions, with Mermaid diagrams' },
     { name: 'models', description: 'LLM chat, embeddings and rerank through the gateway (failover, credits)' },
     { name: 'openai', description: 'OpenAI-compatible drop-ins: the official SDKs work with baseURL set to <base>/v1' },
+    { name: 'agents', description: 'Agents (tool-using chat and chatflows), chat turns, streamed answers and conversations (docs/agents.md)' },
     { name: 'workflows', description: 'Workflow definitions: versioned graphs validated at save time (docs/workflows.md)' },
     { name: 'runs', description: 'Workflow runs: synchronous, async or streamed; events, cancel' },
     { name: 'knowledge', description: 'Knowledge bases, document uploads and their ingestion, search (docs/knowledge.md)' },
@@ -48,7 +50,7 @@ export function buildApp(deps: Deps) {
     .use(conventions(deps))
     .use(docsRoutes(documentation))
     .use(opsRoutes(deps))
-    .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(machineRoutes(deps)).use(webhookRoutes(deps)).use(modelRoutes(deps)).use(usageRoutes(deps)).use(workflowRoutes(deps)).use(runRoutes(deps)).use(knowledgeRoutes(deps)))
+    .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(machineRoutes(deps)).use(webhookRoutes(deps)).use(modelRoutes(deps)).use(usageRoutes(deps)).use(workflowRoutes(deps)).use(runRoutes(deps)).use(knowledgeRoutes(deps)).use(agentRoutes(deps)))
   return app
 }
 

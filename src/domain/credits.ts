@@ -1,5 +1,5 @@
 import { AppError } from '../lib/errors'
-import type { Pool } from '../store/db'
+import type { Pool, Tx } from '../store/db'
 import * as store from '../store/credits'
 import { emit } from '../store/events'
 import type { Caller } from './access'
@@ -35,28 +35,31 @@ export async function checkBudget(sql: Pool, workspaceId: string, now = new Date
  * row's lock, so each threshold's `credit.budget.threshold` event is written once per period, in the
  * same transaction (the outbox delivers it after commit).
  */
-export async function charge(sql: Pool, c: store.Charge, now = new Date()): Promise<{ crossed: number[] }> {
-  return sql.begin(async (tx) => {
-    const { after, fired } = await store.addCharge(tx, c, now)
-    const budget = await store.getBudget(tx, c.workspace_id)
-    if (!budget) return { crossed: [] }
-    const total = Number(budget.credits)
-    // Once per threshold per period: a threshold already fired in this period never fires again.
-    const crossed = budget.thresholds.filter((t) => !fired.includes(t) && after >= (t / 100) * total)
-    if (crossed.length === 0) return { crossed }
-    await store.markThresholdsFired(tx, c.workspace_id, now, crossed)
-    for (const t of crossed) {
-      await emit(tx, c.workspace_id, 'credit.budget.threshold', {
-        workspace_id: c.workspace_id,
-        threshold_percent: t,
-        used_credits: after,
-        budget_credits: total,
-        period: budget.period,
-        period_start: store.periodStart(now),
-      })
-    }
-    return { crossed }
-  })
+export function charge(sql: Pool, c: store.Charge, now = new Date()): Promise<{ crossed: number[] }> {
+  return sql.begin((tx) => chargeIn(tx, c, now))
+}
+
+/** `charge` inside the caller's transaction (an agent's answer commits with the credits it cost). */
+export async function chargeIn(tx: Tx, c: store.Charge, now = new Date()): Promise<{ crossed: number[] }> {
+  const { after, fired } = await store.addCharge(tx, c, now)
+  const budget = await store.getBudget(tx, c.workspace_id)
+  if (!budget) return { crossed: [] }
+  const total = Number(budget.credits)
+  // Once per threshold per period: a threshold already fired in this period never fires again.
+  const crossed = budget.thresholds.filter((t) => !fired.includes(t) && after >= (t / 100) * total)
+  if (crossed.length === 0) return { crossed }
+  await store.markThresholdsFired(tx, c.workspace_id, now, crossed)
+  for (const t of crossed) {
+    await emit(tx, c.workspace_id, 'credit.budget.threshold', {
+      workspace_id: c.workspace_id,
+      threshold_percent: t,
+      used_credits: after,
+      budget_credits: total,
+      period: budget.period,
+      period_start: store.periodStart(now),
+    })
+  }
+  return { crossed }
 }
 
 export interface BudgetInput {

@@ -2,6 +2,7 @@ import type { Logger } from 'pino'
 import { AppError } from '../../lib/errors'
 import { countChatTokens, countTokens } from '../../lib/tokens'
 import type { Pool } from '../../store/db'
+import type { Charge } from '../../store/credits'
 import { emit } from '../../store/events'
 import { charge, checkBudget, price } from '../credits'
 import type { Catalog, ModelSpec, ModelType } from './catalog'
@@ -14,6 +15,11 @@ export interface CallContext {
   requestId: string
   /** The caller already ran `checkBudget` for this call (beside its access check, to save a round trip). */
   budgetChecked?: boolean
+  /**
+   * When given, the credits of each call are collected here instead of charged at once, for the
+   * caller to charge (`chargeIn`) in the transaction that stores what the calls produced.
+   */
+  deferredCharges?: Charge[]
 }
 
 type Route = ModelSpec['routes'][number]
@@ -163,7 +169,12 @@ export class Gateway {
 
   private async charge(ctx: CallContext, model: ModelSpec, kind: 'chat' | 'embedding' | 'rerank', tokensIn: number, tokensOut: number): Promise<number> {
     const credits = price(model, tokensIn, tokensOut)
-    await charge(this.d.sql, { workspace_id: ctx.workspaceId, model: model.id, kind, tokens_in: tokensIn, tokens_out: tokensOut, credits, request_id: ctx.requestId })
+    const c = { workspace_id: ctx.workspaceId, model: model.id, kind, tokens_in: tokensIn, tokens_out: tokensOut, credits, request_id: ctx.requestId }
+    if (ctx.deferredCharges) {
+      ctx.deferredCharges.push(c)
+      return credits
+    }
+    await charge(this.d.sql, c)
     return credits
   }
 }

@@ -31,6 +31,11 @@ export function sseResponse(
   abort: AbortController,
   /** What a retry with the same Idempotency-Key replays (JSON), instead of releasing the key. */
   idempotent?: { status: number; body: unknown },
+  /**
+   * Instead: the stream itself is what a retry replays (byte for byte, stored when it ended), unless
+   * `ok()` says it failed; a stream whose client left is not stored.
+   */
+  replay?: { ok: () => boolean },
 ): Response {
   const state = stateOf(request)
   // Recorded at once: the side effect (a run) exists now, however long the stream lasts.
@@ -41,14 +46,17 @@ export function sseResponse(
   const onAbort = () => abort.abort()
   request.signal?.addEventListener('abort', onAbort, { once: true })
   let ended = false
-  const end = () => {
+  let sent = replay ? '' : null
+  const end = (complete = false) => {
     if (ended) return
     ended = true
     request.signal?.removeEventListener('abort', onAbort)
     const seconds = (performance.now() - state.start) / 1000
     deps.metrics.observe(request.method, route, 200, seconds)
     deps.access({ request_id: state.id, method: request.method, path: state.path, route, status: 200, ms: Math.round(seconds * 10000) / 10 })
-    if (state.idem) {
+    if (state.idem && sent !== null && complete && replay!.ok()) {
+      completeIdempotency(deps.redis, state, 200, sent, { 'content-type': 'text/event-stream; charset=utf-8' }, deps.log).catch(() => {})
+    } else if (state.idem) {
       const key = state.idem.key
       state.idem = undefined
       deps.redis.del(key).catch(() => {})
@@ -59,11 +67,13 @@ export function sseResponse(
       try {
         const { value, done } = await iterator.next()
         if (done) {
-          end()
+          end(true)
           controller.close()
           return
         }
-        controller.enqueue(encoder.encode(`${value.id ? `id: ${value.id}\n` : ''}${value.event ? `event: ${value.event}\n` : ''}data: ${value.data}\n\n`))
+        const text = `${value.id ? `id: ${value.id}\n` : ''}${value.event ? `event: ${value.event}\n` : ''}data: ${value.data}\n\n`
+        if (sent !== null) sent += text
+        controller.enqueue(encoder.encode(text))
       } catch (err) {
         end()
         controller.error(err)

@@ -47,10 +47,32 @@ export const httpRequest: Executor = async (node, ctx) => {
   const body = requestBody(cfg.body, method, headers, ctx.vars)
 
   const policy: UrlPolicy = { allowHttp: ctx.config.webhookAllowHttp, allowPrivate: ctx.config.webhookAllowPrivateNetworks }
+  return { output: await sendHttp({ method, raw, headers, body, timeoutMs, policy, signal: ctx.signal }) }
+}
+
+export interface HttpCall {
+  method: string
+  /** The URL as written (messages name it without its query). */
+  raw: string
+  headers: Headers
+  body?: string
+  timeoutMs: number
+  policy: UrlPolicy
+  /** The caller's own abort (run cancelled, client gone): answers `abortedError()`. */
+  signal: AbortSignal
+}
+
+/**
+ * The call itself, shared with agents' `http` tools: the URL checked, resolved and pinned, no
+ * redirect followed, the answer read up to MAX_RESPONSE_BYTES. Failures are NodeErrors with the codes
+ * above.
+ */
+export async function sendHttp(call: HttpCall): Promise<{ status: number; headers: Record<string, string>; body: unknown }> {
+  const { method, raw, headers, body, timeoutMs, policy } = call
   const timeout = AbortSignal.timeout(timeoutMs)
-  const signal = AbortSignal.any([ctx.signal, timeout])
+  const signal = AbortSignal.any([call.signal, timeout])
   const failed = (err: unknown): NodeError => {
-    if (ctx.signal.aborted) return abortedError()
+    if (call.signal.aborted) return abortedError()
     if (timeout.aborted) return new NodeError('http_timeout', `${method} ${redact(raw)} got no complete answer within ${timeoutMs} ms`)
     if (err instanceof NodeError) return err
     const e = err as Error & { code?: string }
@@ -83,7 +105,7 @@ export const httpRequest: Executor = async (node, ctx) => {
       tls: { serverName: url.hostname.startsWith('[') ? undefined : url.hostname },
     } as RequestInit)
     const text = await readCapped(res)
-    return { output: { status: res.status, headers: Object.fromEntries(res.headers), body: parseBody(text, res.headers.get('content-type')) } }
+    return { status: res.status, headers: Object.fromEntries(res.headers), body: parseBody(text, res.headers.get('content-type')) }
   } catch (err) {
     throw failed(err)
   }

@@ -1,0 +1,151 @@
+import type { Deps } from '../../deps'
+import { AppError } from '../../lib/errors'
+import type { AgentRow, AgentTool } from '../../store/agents'
+import { findWorkflow } from '../../store/workflows'
+import { searchBases } from '../knowledge/search'
+import type { ToolDefinition } from '../models/types'
+import type { Caller } from '../access'
+import type { InputSpec } from '../workflows/graph'
+import { inputSpec } from '../workflows/graph'
+import { createRun, waitForRun } from '../workflows/runs'
+import { sendHttp } from '../workflows/nodes/http-request'
+import { NodeError } from '../workflows/types'
+
+/** The name the model and `tool_calls[].tool` see (CONTRACT 13). */
+export function toolName(tool: AgentTool): string {
+  if (tool.name) return tool.name
+  return tool.type === 'workflow' ? `workflow_${tool.workflow_id}` : tool.type
+}
+
+const HTTP_TIMEOUT_MS = 15_000
+/** Results of a knowledge_search call, unless the model asks for another number (1..20). */
+const SEARCH_TOP_K = 5
+
+/** What a turn's tools need: who called, for which workspace and request, and the turn's abort. */
+export interface ToolContext {
+  deps: Deps
+  caller: Caller
+  agent: AgentRow
+  userId: string
+  requestId: string
+  signal: AbortSignal
+}
+
+export interface Tool {
+  definition: ToolDefinition
+  run(args: Record<string, unknown>, ctx: ToolContext): Promise<Record<string, unknown>>
+}
+
+const JSON_TYPES: Record<InputSpec['type'], string> = { string: 'string', number: 'number', boolean: 'boolean', array: 'array', object: 'object' }
+
+/** The agent's tools as the model sees them, each with what runs it. Workflows are read at each turn (they change). */
+export async function agentTools(deps: Deps, agent: AgentRow): Promise<Map<string, Tool>> {
+  const tools = new Map<string, Tool>()
+  for (const t of agent.tools) {
+    const name = toolName(t)
+    if (t.type === 'knowledge_search') {
+      tools.set(name, {
+        definition: fn(name, t.description ?? 'Searches the knowledge bases of this assistant; answers the passages most relevant to the query.', {
+          type: 'object',
+          properties: {
+            query: { type: 'string', description: 'What to look for, in words likely to appear in the passages' },
+            top_k: { type: 'integer', minimum: 1, maximum: 20, description: `How many passages (default ${SEARCH_TOP_K})` },
+          },
+          required: ['query'],
+        }),
+        run: (args, ctx) => knowledgeSearch(args, ctx),
+      })
+    } else if (t.type === 'workflow') {
+      const wf = await findWorkflow(deps.db.sql, t.workflow_id)
+      if (!wf || wf.workspace_id !== agent.workspace_id) continue // deleted since: the model is not offered it
+      const specs = inputSpec(wf.graph)
+      tools.set(name, {
+        definition: fn(name, t.description ?? (wf.description || `Runs the workflow "${wf.name}" and answers its outputs.`), {
+          type: 'object',
+          properties: Object.fromEntries(specs.map((s) => [s.name, { type: JSON_TYPES[s.type] }])),
+          required: specs.filter((s) => s.required).map((s) => s.name),
+        }),
+        run: (args, ctx) => workflowRun(t.workflow_id, args, ctx),
+      })
+    } else {
+      tools.set(name, { definition: fn(name, t.description, t.parameters), run: (args, ctx) => httpCall(t, args, ctx) })
+    }
+  }
+  return tools
+}
+
+const fn = (name: string, description: string, parameters: Record<string, unknown>): ToolDefinition => ({
+  type: 'function',
+  function: { name, description, parameters },
+})
+
+async function knowledgeSearch(args: Record<string, unknown>, ctx: ToolContext): Promise<Record<string, unknown>> {
+  const query = typeof args.query === 'string' ? args.query.trim() : ''
+  if (!query) return toolError('invalid_arguments', 'query must be a non-empty string')
+  const topK = Number.isInteger(args.top_k) ? Math.min(20, Math.max(1, args.top_k as number)) : SEARCH_TOP_K
+  const call = { workspaceId: ctx.agent.workspace_id, requestId: ctx.requestId }
+  const results = await searchBases(ctx.deps, ctx.agent.workspace_id, ctx.agent.knowledge_base_ids, { query, top_k: topK }, call, ctx.signal)
+  return { results: results.map((r) => ({ content: r.content, document_name: r.document_name, score: r.score, knowledge_base_id: r.knowledge_base_id, metadata: r.metadata })) }
+}
+
+/** Runs the workflow (as the calling key, with the turn's user) and waits for its end, up to SYNC_RUN_TIMEOUT_MS. */
+async function workflowRun(workflowId: string, args: Record<string, unknown>, ctx: ToolContext): Promise<Record<string, unknown>> {
+  const run = await createRun(ctx.deps, ctx.caller, workflowId, { inputs: args, user_id: ctx.userId }, ctx.requestId)
+  const done = await waitForRun(ctx.deps, run.id, ctx.deps.config.syncRunTimeoutMs)
+  if (done.status === 'running') return { run_id: done.id, status: 'running', error: { code: 'timeout', message: `the run did not finish within ${ctx.deps.config.syncRunTimeoutMs} ms` } }
+  return { run_id: done.id, status: done.status, outputs: done.outputs ?? {}, ...(done.error ? { error: done.error } : {}) }
+}
+
+/**
+ * The declared request with the model's arguments: `{name}` placeholders of the URL take their
+ * argument (URL-encoded); the rest go in the query string (GET, DELETE, HEAD) or as a JSON body. The
+ * SSRF rules of webhooks apply at each call.
+ */
+async function httpCall(tool: Extract<AgentTool, { type: 'http' }>, args: Record<string, unknown>, ctx: ToolContext): Promise<Record<string, unknown>> {
+  const rest = { ...args }
+  const raw = tool.url.replace(/\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_, key: string) => {
+    const value = rest[key]
+    delete rest[key]
+    return encodeURIComponent(value === undefined || value === null ? '' : typeof value === 'string' ? value : JSON.stringify(value))
+  })
+  const headers = new Headers({ 'user-agent': 'agent-platform-api-agents/0.1.0', accept: 'application/json' })
+  let target = raw
+  let body: string | undefined
+  if (tool.method === 'GET' || tool.method === 'DELETE' || tool.method === 'HEAD') {
+    const url = new URL(raw)
+    for (const [k, v] of Object.entries(rest)) url.searchParams.set(k, typeof v === 'string' ? v : JSON.stringify(v))
+    target = url.toString()
+  } else {
+    headers.set('content-type', 'application/json')
+    body = JSON.stringify(rest)
+  }
+  const policy = { allowHttp: ctx.deps.config.webhookAllowHttp, allowPrivate: ctx.deps.config.webhookAllowPrivateNetworks }
+  return sendHttp({ method: tool.method, raw: target, headers, body, timeoutMs: HTTP_TIMEOUT_MS, policy, signal: ctx.signal })
+}
+
+export const toolError = (code: string, message: string) => ({ error: { code, message } })
+
+/**
+ * Runs one call of the model's. A failure the model can act on (bad arguments, a refused URL, a run
+ * that failed, a base gone) is the tool's output `{ error: { code, message } }`, fed back to it; the
+ * client going away, or a bug, is not caught here.
+ */
+export async function runTool(tools: Map<string, Tool>, name: string, rawArgs: string, ctx: ToolContext): Promise<{ input: Record<string, unknown>; output: Record<string, unknown> }> {
+  let input: Record<string, unknown>
+  try {
+    const parsed = rawArgs.trim() === '' ? {} : JSON.parse(rawArgs)
+    if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new Error('not an object')
+    input = parsed as Record<string, unknown>
+  } catch {
+    return { input: { _raw: rawArgs.slice(0, 2000) }, output: toolError('invalid_arguments', 'the arguments are not a JSON object') }
+  }
+  const tool = tools.get(name)
+  if (!tool) return { input, output: toolError('unknown_tool', `no tool is named ${name}; the tools are ${[...tools.keys()].join(', ') || 'none'}`) }
+  try {
+    return { input, output: await tool.run(input, ctx) }
+  } catch (err) {
+    if (ctx.signal.aborted) throw err
+    if (err instanceof NodeError || err instanceof AppError) return { input, output: toolError(err.code, err.message) }
+    throw err
+  }
+}
