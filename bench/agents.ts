@@ -90,7 +90,7 @@ async function main() {
   const service = await startServer({
     cmd: ['bun', 'run', 'src/main.ts'],
     env: { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: join(work, 'data'), BOOTSTRAP_API_KEY: ROOT_KEY, MODELS_FILE: modelsFile, RATE_LIMIT_PER_SECOND: '1000000000', RATE_LIMIT_BURST: '1000000000', LOG_LEVEL: 'warn', DATABASE_URL: '', REDIS_URL: '' },
-    port, logFile: join(work, 'service.log'),
+    port, logFile: join(work, 'service.log'), readyPath: '/healthz',
   })
   const url = `http://127.0.0.1:${port}`
   const auth = { authorization: `Bearer ${ROOT_KEY}`, 'content-type': 'application/json' }
