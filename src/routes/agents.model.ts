@@ -25,7 +25,7 @@ export const AgentTool = t.Union([
 
 const AgentFields = {
   name: Name,
-  type: t.UnionEnum(['agent', 'chatflow'], { description: 'agent: a model with tools; chatflow: answers with its workflow' }),
+  type: t.UnionEnum(['agent', 'chatflow'], { default: undefined, description: 'agent: a model with tools; chatflow: answers with its workflow' }),
   model: t.String({ minLength: 1, maxLength: 128, description: 'An llm of GET /v1/models', examples: ['local-chat'] }),
   instructions: t.Optional(t.String({ maxLength: 100_000, description: 'The system prompt' })),
   tools: t.Optional(t.Array(AgentTool, { maxItems: 32 })),

@@ -13,6 +13,7 @@ import type { CallContext } from '../models/gateway'
 import type { ChatMessage, FinishReason, ToolCall, ToolDefinition } from '../models/types'
 import { inputSpec, validateInputs } from '../workflows/graph'
 import { createRun, waitForRun } from '../workflows/runs'
+import { seesEveryConversation } from './conversations'
 import { conversationNotFound, loadAgent } from './service'
 import { agentTools, runTool, type Tool, type ToolContext } from './tools'
 
@@ -65,6 +66,8 @@ export interface Turn {
 export async function prepareTurn(deps: Deps, caller: Caller, agentId: string, input: ChatInput, requestId: string): Promise<Turn> {
   const sql = deps.db.sql
   const agent = await loadAgent(deps, caller, agentId, 'use')
+  // CONTRACT 3: below developer, a caller's conversations are those of its own user_id.
+  const ownOnly = !(await seesEveryConversation(deps, caller, agent.workspace_id))
   if (agent.status !== 'active') throw new AppError('conflict', `agent ${agent.id} is ${agent.status}; set its status to active to chat with it`)
   let chatflowInputs: Record<string, unknown> | null = null
   if (agent.type === 'chatflow') chatflowInputs = await checkChatflowInputs(deps, agent, input)
@@ -75,7 +78,12 @@ export async function prepareTurn(deps: Deps, caller: Caller, agentId: string, i
   if (input.conversation_id !== undefined) {
     existing = await store.findConversation(sql, input.conversation_id)
     // Another agent's conversation, or another user's, is not found: it is not this user's to continue.
-    if (!existing || existing.agent_id !== agent.id || existing.user_id !== input.user_id) throw conversationNotFound(input.conversation_id)
+    if (!existing || existing.agent_id !== agent.id || existing.user_id !== input.user_id || (ownOnly && existing.user_id !== caller.userId)) {
+      throw conversationNotFound(input.conversation_id)
+    }
+  }
+  if (ownOnly && input.user_id !== caller.userId) {
+    throw new AppError('forbidden', `below the developer role a key chats as its own user_id (${caller.userId}), not ${input.user_id}`, { param: 'user_id' })
   }
   const history = existing ? await store.recentMessages(sql, existing.id, HISTORY_LIMIT) : []
   const userMessageId = newId('msg')
@@ -147,7 +155,7 @@ class TurnRunner {
       const system = await this.systemMessage()
       const messages = [...(system ? [system] : []), ...trimHistory(this.history, model.context_length, system, definitions, this.input.message), { role: 'user' as const, content: this.input.message }]
       const ctx: CallContext = { workspaceId: this.agent.workspace_id, requestId: this.requestId, budgetChecked: true, deferredCharges: this.charges }
-      const toolCtx: ToolContext = { deps: this.deps, caller: this.caller, agent: this.agent, userId: this.input.user_id, requestId: this.requestId, signal: this.signal }
+      const toolCtx: ToolContext = { deps: this.deps, caller: this.caller, agent: this.agent, userId: this.input.user_id, requestId: this.requestId, signal: this.signal, charges: this.charges }
       for (let round = 1; ; round++) {
         const reply = await this.callModel(ctx, model, messages, definitions)
         if (reply.toolCalls.length === 0 || definitions.length === 0) {
@@ -196,7 +204,7 @@ class TurnRunner {
       const input = { query: this.input.message }
       this.onEvent({ event: 'tool_call', data: { tool: 'knowledge_search', input } })
       const t0 = performance.now()
-      const call = { workspaceId: this.agent.workspace_id, requestId: this.requestId }
+      const call = { workspaceId: this.agent.workspace_id, requestId: this.requestId, deferredCharges: this.charges }
       const results = await searchBases(this.deps, this.agent.workspace_id, this.agent.knowledge_base_ids, { query: this.input.message, top_k: CONTEXT_PASSAGES }, call, this.signal)
       const output = { results: results.map((r) => ({ content: r.content, document_name: r.document_name, score: r.score, knowledge_base_id: r.knowledge_base_id, metadata: r.metadata })) }
       const duration = Math.round(performance.now() - t0)
@@ -291,6 +299,8 @@ class TurnRunner {
   private async store(reason: string): Promise<string | null> {
     if (this.stored) return null
     this.stored = true
+    // The turn's credits: every deferred charge (chat rounds and search embeddings); a chatflow's are its run's.
+    if (!this.runId) this.usage.credits = round6(this.charges.reduce((sum, c) => sum + c.credits, 0))
     const produced = this.content !== '' || this.toolCalls.length > 0 || reason === 'stop' || reason === 'length'
     const id = newId('msg')
     await this.deps.db.sql.begin(async (tx) => {

@@ -12,6 +12,10 @@ const RANK = { readonly: 0, user: 1, developer: 2, admin: 3, owner: 4 } as const
  * CONTRACT 3: below `developer`, a caller sees only the conversations of its own user_id; from
  * `developer` up, every conversation of the workspace (a backend answering for its end users).
  */
+export async function seesEveryConversation(deps: Deps, caller: Caller, workspaceId: string): Promise<boolean> {
+  return (await scopeOf(deps, caller, workspaceId, 'use')) === null
+}
+
 async function scopeOf(deps: Deps, caller: Caller, workspaceId: string, action: Action): Promise<string | null> {
   const ws = await access(deps.db.sql, caller, workspaceId, action)
   return RANK[ws.effective] >= RANK.developer ? null : caller.userId

@@ -1,6 +1,7 @@
 import type { Deps } from '../../deps'
 import { AppError } from '../../lib/errors'
 import type { AgentRow, AgentTool } from '../../store/agents'
+import type { Charge } from '../../store/credits'
 import { findWorkflow } from '../../store/workflows'
 import { searchBases } from '../knowledge/search'
 import type { ToolDefinition } from '../models/types'
@@ -29,6 +30,8 @@ export interface ToolContext {
   userId: string
   requestId: string
   signal: AbortSignal
+  /** The turn's model charges (the query embeddings of searches), committed with its answer. */
+  charges: Charge[]
 }
 
 export interface Tool {
@@ -83,7 +86,7 @@ async function knowledgeSearch(args: Record<string, unknown>, ctx: ToolContext):
   const query = typeof args.query === 'string' ? args.query.trim() : ''
   if (!query) return toolError('invalid_arguments', 'query must be a non-empty string')
   const topK = Number.isInteger(args.top_k) ? Math.min(20, Math.max(1, args.top_k as number)) : SEARCH_TOP_K
-  const call = { workspaceId: ctx.agent.workspace_id, requestId: ctx.requestId }
+  const call = { workspaceId: ctx.agent.workspace_id, requestId: ctx.requestId, deferredCharges: ctx.charges }
   const results = await searchBases(ctx.deps, ctx.agent.workspace_id, ctx.agent.knowledge_base_ids, { query, top_k: topK }, call, ctx.signal)
   return { results: results.map((r) => ({ content: r.content, document_name: r.document_name, score: r.score, knowledge_base_id: r.knowledge_base_id, metadata: r.metadata })) }
 }

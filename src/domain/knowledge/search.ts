@@ -1,4 +1,5 @@
 import type { Deps } from '../../deps'
+import type { CallContext } from '../models/gateway'
 import { AppError, invalid } from '../../lib/errors'
 import type { Tx } from '../../store/db'
 import * as store from '../../store/knowledge'
@@ -59,7 +60,7 @@ export async function searchKnowledgeBase(deps: Deps, caller: Caller, kbId: stri
   return searchBase(deps, kb, input, { workspaceId: kb.workspace_id, requestId }, signal)
 }
 
-export async function searchBase(deps: Deps, kb: store.KnowledgeBaseRow, input: SearchInput, call: { workspaceId: string; requestId: string }, signal: AbortSignal): Promise<SearchResult[]> {
+export async function searchBase(deps: Deps, kb: store.KnowledgeBaseRow, input: SearchInput, call: CallContext, signal: AbortSignal): Promise<SearchResult[]> {
   const topK = input.top_k ?? DEFAULT_TOP_K
   if (!Number.isInteger(topK) || topK < 1 || topK > MAX_TOP_K) throw invalid('top_k', `must be an integer from 1 to ${MAX_TOP_K}`)
   const filters = checkFilters(input.filters)
@@ -125,7 +126,7 @@ export async function searchBases(
   workspaceId: string,
   ids: string[],
   input: SearchInput,
-  call: { workspaceId: string; requestId: string },
+  call: CallContext,
   signal: AbortSignal,
 ): Promise<(SearchResult & { knowledge_base_id: string })[]> {
   const all: (SearchResult & { knowledge_base_id: string })[] = []

@@ -16,8 +16,8 @@ export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000
 const IN_FLIGHT_TTL_MS = 10 * 60 * 1000
 /** Outcomes a retry may change, so they are not kept (CONTRACT 5), plus 429. */
 const NOT_STORED = (status: number) => status === 400 || status === 401 || status === 409 || status === 429 || status >= 500
-/** Response headers worth replaying; the rest (request id, rate limit) belong to the new request. */
-const REPLAYED_HEADERS = ['content-type', 'location']
+/** Response headers worth replaying (what names the resource made); the rest (request id, rate limit) belong to the new request. */
+const REPLAYED_HEADERS = ['content-type', 'location', 'x-conversation-id']
 
 interface Pending {
   s: 'pending'

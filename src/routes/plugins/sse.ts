@@ -55,7 +55,7 @@ export function sseResponse(
     deps.metrics.observe(request.method, route, 200, seconds)
     deps.access({ request_id: state.id, method: request.method, path: state.path, route, status: 200, ms: Math.round(seconds * 10000) / 10 })
     if (state.idem && sent !== null && complete && replay!.ok()) {
-      completeIdempotency(deps.redis, state, 200, sent, { 'content-type': 'text/event-stream; charset=utf-8' }, deps.log).catch(() => {})
+      completeIdempotency(deps.redis, state, 200, sent, { ...(set.headers as Record<string, string>), 'content-type': 'text/event-stream; charset=utf-8' }, deps.log).catch(() => {})
     } else if (state.idem) {
       const key = state.idem.key
       state.idem = undefined
