@@ -4,6 +4,7 @@ import * as agents from '../domain/agents/service'
 import * as conversations from '../domain/agents/conversations'
 import { prepareTurn, type Turn, type TurnEvent } from '../domain/agents/chat'
 import { resolveWorkspaceId } from '../domain/workspaces'
+import { AppError } from '../lib/errors'
 import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
 import {
   Agent, AgentParams, ChatAnswer, ChatBody, Conversation, ConversationHistory, ConversationParams, CreateAgent, PatchAgent,
@@ -27,7 +28,7 @@ const messageList: ListSpec = { sortable: { created_at: 'time' }, filters: { rol
 const tags = ['agents']
 
 /** The turn's events as SSE, in order; an `error` event ends a turn that failed after the first byte. */
-async function* turnStream(turn: Turn, requestId: string, abort: AbortController, outcome: { failed: boolean }): AsyncGenerator<SseEvent> {
+async function* turnStream(deps: Deps, turn: Turn, requestId: string, abort: AbortController, outcome: { failed: boolean }): AsyncGenerator<SseEvent> {
   const queue: TurnEvent[] = []
   let wake: (() => void) | null = null
   let finished = false
@@ -57,6 +58,8 @@ async function* turnStream(turn: Turn, requestId: string, abort: AbortController
   }
   if (failure) {
     outcome.failed = true
+    // An AppError is the client's to read; anything else is a bug, logged with the request's id.
+    if (!(failure instanceof AppError) && !abort.signal.aborted) deps.log.error({ request_id: requestId, err: failure }, 'a streamed chat turn failed')
     yield errorEvent(requestId, failure)
   }
 }
@@ -117,7 +120,7 @@ export function agentRoutes(deps: Deps) {
         set.headers['x-conversation-id'] = turn.conversation.id
         const abort = new AbortController()
         const outcome = { failed: false }
-        return sseResponse(deps, request, set, route, turnStream(turn, requestId, abort, outcome), abort, undefined, { ok: () => !outcome.failed }) as never
+        return sseResponse(deps, request, set, route, turnStream(deps, turn, requestId, abort, outcome), abort, undefined, { ok: () => !outcome.failed }) as never
       }
       const r = await turn.run(() => {}, request.signal ?? new AbortController().signal)
       return {
