@@ -358,7 +358,7 @@ describe('any settings in range terminate within the bound', () => {
     }
     expect(problems).toEqual([])
     expect(partitioned).toBeGreaterThan(100)
-  })
+  }, 60_000) // ~1-5 s of real chunking: the default 5 s time-out failed it on a busy machine
 
   test('hostile inputs at the extremes of the range finish quickly', () => {
     const cases: [string, string][] = [
