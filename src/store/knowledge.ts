@@ -407,8 +407,8 @@ const FULLTEXT_POOL = 1000
  * query's words" (an AND of every word would find nothing for most questions). Ranking every chunk
  * that shares one common word with the query would cost milliseconds per thousand chunks, so the
  * ranked pool is bounded: the chunks holding every word (the best matches) first, then chunks
- * holding any of them, at most FULLTEXT_POOL of each. The distance to the query vector comes along
- * for the score.
+ * holding any of them, at most FULLTEXT_POOL of each. Only the ranked few are read whole, with
+ * their distance to the query vector (for the score), not the whole pool.
  */
 export async function fulltextSearch(tx: Sql, s: SearchScope & { text: string }): Promise<ChunkHit[]> {
   const { type: vt } = sizeOf(tx, s.dims)
@@ -421,11 +421,15 @@ export async function fulltextSearch(tx: Sql, s: SearchScope & { text: string })
       (select c.id from chunks c, q where c.tsv @@ q.every and c.knowledge_base_id = ${s.kbId} ${filters} limit ${FULLTEXT_POOL})
       union
       (select c.id from chunks c, q where c.tsv @@ q.any and c.knowledge_base_id = ${s.kbId} ${filters} limit ${FULLTEXT_POOL})
+    ), ranked as (
+      select c.id, ts_rank(c.tsv, q.any) as rank
+      from q, pool p join chunks c on c.id = p.id join documents d on d.id = c.document_id
+      where c.generation = d.live_generation
+      order by rank desc, c.id
+      limit ${s.limit}
     )
     select c.id as chunk_id, c.document_id, d.name as document_name, c.content, c.metadata,
            (c.embedding::${vt} <=> ${s.vector}::${vt}) as distance
-    from q, pool p join chunks c on c.id = p.id join documents d on d.id = c.document_id
-    where c.generation = d.live_generation
-    order by ts_rank(c.tsv, q.any) desc, c.id
-    limit ${s.limit}`
+    from ranked r join chunks c on c.id = r.id join documents d on d.id = c.document_id
+    order by r.rank desc, c.id`
 }
