@@ -17,7 +17,8 @@
  *   (c) recall@10 of the HNSW index (the service's vector query) against exact search (the same
  *       query with index scans off), over 200 queries                                target >= 0.95
  *
- * Environment: DOCS (2000), WARMUP_DOCS (200), CONCURRENCY (16), CHUNKS (100000), SEARCH_SECONDS
+ * (b) also runs with one connection (a search's own latency, no queueing). Environment: CORPUS
+ * (topical or random, the big base's text), DOCS (2000), WARMUP_DOCS (200), CONCURRENCY (16), CHUNKS (100000), SEARCH_SECONDS
  * (10), SEARCH_CONNECTIONS (8). With DATABASE_URL and REDIS_URL set it runs in server mode instead
  * (a fresh database, Redis database 15; the direct phases through a pool of 10). Writes
  * bench/results/knowledge-<mode>-latest.json.
@@ -135,6 +136,40 @@ function sentence(r: () => number): string {
 const query = (seed: number) => {
   const r = rng(seed)
   return Array.from({ length: 4 }, () => word(r, 100)).join(' ')
+}
+
+/**
+ * The big base's corpus (CORPUS): `topical` (default) gives each document one of TOPICS topics, and
+ * draws half of its content words from that topic's 40 words, as real text on a subject repeats its
+ * subject's words; its queries are four words of one topic. `random` is the earlier corpus: every
+ * content word from the whole Zipfian vocabulary, which leaves the vectors no neighbourhoods at all
+ * (bench/README.md has what that does to HNSW's recall).
+ */
+const CORPUS = (process.env.CORPUS ?? 'topical') as 'topical' | 'random'
+const TOPICS = 250
+const TOPIC_WORDS = Array.from({ length: TOPICS }, (_, t) => {
+  const r = rng(500_000 + t)
+  return Array.from({ length: 40 }, () => VOCABULARY[100 + Math.floor(r() * (VOCABULARY.length - 100))]!)
+})
+
+function topicalSentence(r: () => number, topic: number): string {
+  const n = 8 + Math.floor(r() * 10)
+  const vocab = TOPIC_WORDS[topic]!
+  const words = Array.from({ length: n }, (_, i) =>
+    i % 3 === 1 ? GLUE[Math.floor(r() * GLUE.length)]! : r() < 0.5 ? vocab[Math.floor(r() * vocab.length)]! : word(r))
+  return `${words[0]!.charAt(0).toUpperCase()}${words.join(' ').slice(1)}.`
+}
+
+/** A chunk of the big base's document `d`. */
+const bigChunk = (r: () => number, d: number) =>
+  Array.from({ length: 5 }, () => (CORPUS === 'topical' ? topicalSentence(r, d % TOPICS) : sentence(r))).join(' ')
+
+/** A search of the big base: four content words (of one topic, for the topical corpus). */
+function bigQuery(seed: number): string {
+  if (CORPUS === 'random') return query(seed)
+  const r = rng(seed)
+  const vocab = TOPIC_WORDS[seed % TOPICS]!
+  return Array.from({ length: 4 }, () => vocab[Math.floor(r() * vocab.length)]!).join(' ')
 }
 
 /** A ~2 KB document: a heading and paragraphs of generated sentences. */
@@ -255,7 +290,7 @@ async function loadBigBase(db: Database, kb: store.KnowledgeBaseRow) {
     })
     const r = rng(1_000_000 + d)
     const rows = Array.from({ length: perDoc }, (_, k) => {
-      const content = Array.from({ length: 5 }, () => sentence(r)).join(' ')
+      const content = bigChunk(r, d)
       const rare = (d * perDoc + k) % 100 === 0
       return {
         id: newId('chk'), knowledge_base_id: kb.id, document_id: doc.id, generation: 1, position: k, content, tokens: 60,
@@ -274,9 +309,9 @@ async function loadBigBase(db: Database, kb: store.KnowledgeBaseRow) {
   return { chunks: CHUNKS, load_seconds: round3(loadedMs / 1000), index_build_seconds: round3((performance.now() - t0 - loadedMs) / 1000) }
 }
 
-const QUERIES = Array.from({ length: 50 }, (_, i) => query(9_000 + i))
+const QUERIES = Array.from({ length: 50 }, (_, i) => bigQuery(9_000 + i))
 
-async function searchLoad(service: Server, kbId: string, filters: Record<string, unknown> | null) {
+async function searchLoad(service: Server, kbId: string, filters: Record<string, unknown> | null, connections = SEARCH_CONNECTIONS) {
   const bodies = QUERIES.map((q) => JSON.stringify({ query: q, top_k: TOP_K, ...(filters ? { filters } : {}) }))
   // Every query once first: each must answer 200 with top_k results.
   for (const b of bodies) {
@@ -288,20 +323,20 @@ async function searchLoad(service: Server, kbId: string, filters: Record<string,
 local n = 0
 function request() n = n + 1; return wrk.format(nil, nil, nil, bodies[(n % #bodies) + 1]) end`
   const cpu0 = processCpuMs(service.pid)
-  const result = await wrk({ url: `${service.url}/v1/knowledge-bases/${kbId}/search`, seconds: SEARCH_SECONDS, connections: SEARCH_CONNECTIONS, threads: 2, method: 'POST', headers, request }, work)
+  const result = await wrk({ url: `${service.url}/v1/knowledge-bases/${kbId}/search`, seconds: SEARCH_SECONDS, connections, threads: Math.min(2, connections), method: 'POST', headers, request }, work)
   if (result.errors > 0) throw new Error(`${result.errors} search errors`)
   const cpu = processCpuMs(service.pid) - cpu0
   return { rate: result.rps, p50_ms: result.p50, p99_ms: result.p99, service_cpu_us_per_search: Math.round((cpu * 1000) / result.requests) }
 }
 
-async function searchCeiling(db: Database, kb: store.KnowledgeBaseRow, filters: Record<string, unknown>) {
+async function searchCeiling(db: Database, kb: store.KnowledgeBaseRow, filters: Record<string, unknown>, connections = SEARCH_CONNECTIONS) {
   const vectors = QUERIES.map((q) => `[${embedText(q).join(',')}]`)
   const latencies: number[] = []
   let count = 0
   const until = performance.now() + SEARCH_SECONDS * 1000
   const t0 = performance.now()
   await Promise.all(
-    Array.from({ length: SEARCH_CONNECTIONS }, async () => {
+    Array.from({ length: connections }, async () => {
       while (performance.now() < until) {
         const k = count++ % QUERIES.length
         const scope = { kbId: kb.id, dims: 384, vector: vectors[k]!, filters, limit: TOP_K }
@@ -351,7 +386,7 @@ async function recall(db: Database, kb: store.KnowledgeBaseRow) {
   let found = 0
   let total = 0
   for (let i = 0; i < 200; i++) {
-    const q = query(50_000 + i)
+    const q = bigQuery(50_000 + i)
     const scope = { kbId: kb.id, dims: 384, vector: `[${embedText(q).join(',')}]`, filters: {}, limit: TOP_K }
     const approx = await store.searchTransaction(db.sql, TOP_K, async (tx) => {
       await store.preferIndexOrder(tx)
@@ -370,7 +405,7 @@ async function recall(db: Database, kb: store.KnowledgeBaseRow) {
 
 async function main() {
   const { commit, src_dirty } = sourceVersion()
-  log(`bench:knowledge at ${commit}${src_dirty ? ' (src dirty)' : ''}; ${DOCS} documents, ${CHUNKS} chunks; ${SERVER ? 'server mode' : 'embedded'}`)
+  log(`bench:knowledge at ${commit}${src_dirty ? ' (src dirty)' : ''}; ${DOCS} documents, ${CHUNKS} chunks (${CORPUS} corpus); ${SERVER ? 'server mode' : 'embedded'}`)
   mkdirSync(dataDir, { recursive: true })
   if (SERVER) {
     const name = `bench_knowledge_${process.pid}`
@@ -411,20 +446,32 @@ async function main() {
   service = await startService('search')
   const plain = await searchLoad(service, kbBig, null)
   const filtered = await searchLoad(service, kbBig, { shard: 'rare' })
+  // One at a time too: a search's own latency, without queueing for PGlite's one session.
+  const plain1 = await searchLoad(service, kbBig, null, 1)
+  const filtered1 = await searchLoad(service, kbBig, { shard: 'rare' }, 1)
   await service.stop()
-  log(`(b) search, no filter: ${plain.rate}/s, p50 ${plain.p50_ms} ms, p99 ${plain.p99_ms} ms; 1 % filter: ${filtered.rate}/s, p50 ${filtered.p50_ms} ms, p99 ${filtered.p99_ms} ms`)
+  log(`(b) search, ${SEARCH_CONNECTIONS} connections, no filter: ${plain.rate}/s, p50 ${plain.p50_ms} ms, p99 ${plain.p99_ms} ms; 1 % filter: ${filtered.rate}/s, p50 ${filtered.p50_ms} ms, p99 ${filtered.p99_ms} ms`)
+  log(`(b) search, 1 connection, no filter: ${plain1.rate}/s, p50 ${plain1.p50_ms} ms, p99 ${plain1.p99_ms} ms; 1 % filter: ${filtered1.rate}/s, p50 ${filtered1.p50_ms} ms, p99 ${filtered1.p99_ms} ms`)
   db = await openStore()
   const plainCeil = await searchCeiling(db, big, {})
   const filteredCeil = await searchCeiling(db, big, { shard: 'rare' })
+  const plainCeil1 = await searchCeiling(db, big, {}, 1)
+  const filteredCeil1 = await searchCeiling(db, big, { shard: 'rare' }, 1)
   await db.close()
   log(`(b') the same SQL directly, no filter: ${plainCeil.rate}/s (p99 ${plainCeil.p99_ms} ms); 1 % filter: ${filteredCeil.rate}/s (p99 ${filteredCeil.p99_ms} ms)`)
+  log(`(b') 1 connection, no filter: ${plainCeil1.rate}/s (p99 ${plainCeil1.p99_ms} ms); 1 % filter: ${filteredCeil1.rate}/s (p99 ${filteredCeil1.p99_ms} ms)`)
   const results = {
     commit, src_dirty, mode: SERVER ? 'server' : 'embedded', machine: machine(), at: new Date().toISOString(),
     ingestion: { service: a, ceiling: a2, share_percent: Math.round((1000 * a.chunks_per_s) / a2.chunks_per_s) / 10 },
     big_base: loaded,
+    corpus: CORPUS,
     search: {
       no_filter: { service: plain, ceiling: plainCeil, share_percent: Math.round((1000 * plain.rate) / plainCeil.rate) / 10 },
       selective_filter: { service: filtered, ceiling: filteredCeil, share_percent: Math.round((1000 * filtered.rate) / filteredCeil.rate) / 10 },
+      one_connection: {
+        no_filter: { service: plain1, ceiling: plainCeil1 },
+        selective_filter: { service: filtered1, ceiling: filteredCeil1 },
+      },
     },
     recall: c,
     pass: {
