@@ -16,7 +16,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { freePort, log, machine, percentile, randomBase62, removeDir, sourceVersion, startServer, tempDir, whenInterrupted } from './lib'
+import { freePort, log, startFakeProvider, machine, percentile, randomBase62, removeDir, sourceVersion, startServer, tempDir, whenInterrupted } from './lib'
 
 const TURNS = Number(process.env.AGENTS_TURNS ?? 300)
 const WARMUP = Number(process.env.AGENTS_WARMUP ?? 100)
@@ -25,26 +25,6 @@ const work = tempDir('bench-agents-')
 whenInterrupted(() => removeDir(work))
 const ROOT_KEY = `ap_bench${randomBase62(36)}`
 const INSTRUCTIONS = 'You are a terse assistant.'
-
-async function startFake(): Promise<{ url: string; stop(): void }> {
-  const child = Bun.spawn(['bun', 'run', 'bench/fake-provider-server.ts'], {
-    cwd: join(import.meta.dir, '..'),
-    env: { ...process.env, FAKE_MODELS: JSON.stringify({ 'bench-agent': { tokens: TOKENS, delayMs: 0 } }) },
-    stdout: 'pipe', stderr: 'inherit', stdin: 'ignore',
-  })
-  process.on('exit', () => child.kill('SIGKILL'))
-  const reader = child.stdout.getReader()
-  let out = ''
-  while (!/listening (\S+)/.test(out)) {
-    const { value, done } = await reader.read()
-    if (done) throw new Error(`the fake provider exited: ${out}`)
-    out += new TextDecoder().decode(value)
-  }
-  void (async () => {
-    while (!(await reader.read()).done);
-  })()
-  return { url: /listening (\S+)/.exec(out)![1]!, stop: () => child.kill('SIGTERM') }
-}
 
 /** Reads an SSE answer to its end; answers ms to the first matching block and to the end. */
 async function readStream(res: Response, t0: number, isFirst: (block: string) => boolean) {
@@ -80,7 +60,7 @@ const summary = (xs: number[]) => {
 async function main() {
   const { commit, src_dirty } = sourceVersion()
   log(`bench:agents at ${commit}${src_dirty ? ' (src dirty)' : ''}; ${TURNS} turns per path`)
-  const fake = await startFake()
+  const fake = await startFakeProvider({ 'bench-agent': { tokens: TOKENS, delayMs: 0 } })
   const modelsFile = join(work, 'models.json')
   writeFileSync(modelsFile, JSON.stringify({
     providers: [{ id: 'fake', kind: 'openai', base_url: `${fake.url}/v1`, api_key: 'sk-bench', timeout_ms: 60_000 }],

@@ -378,3 +378,30 @@ export function randomBase62(length: number): string {
   const alphabet = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
   return Array.from(crypto.getRandomValues(new Uint8Array(length)), (b) => alphabet[b % 62]).join('')
 }
+
+/**
+ * The fake OpenAI-compatible provider (bench/fake-provider-server.ts) in a process of its own, so the
+ * client, the service and the provider each have their own event loop; `models` is its FAKE_MODELS.
+ */
+export async function startFakeProvider(models: Record<string, { tokens: number; delayMs?: number; eventWrites?: boolean }>): Promise<{ url: string; pid: number; stop(): void }> {
+  const child = Bun.spawn(['bun', 'run', 'bench/fake-provider-server.ts'], {
+    cwd: join(import.meta.dir, '..'),
+    env: { ...process.env, FAKE_MODELS: JSON.stringify(models) },
+    stdout: 'pipe',
+    stderr: 'inherit',
+    stdin: 'ignore',
+  })
+  process.on('exit', () => child.kill('SIGKILL'))
+  const reader = child.stdout.getReader()
+  let out = ''
+  while (!/listening (\S+)/.test(out)) {
+    const { value, done } = await reader.read()
+    if (done) throw new Error(`the fake provider exited: ${out}`)
+    out += new TextDecoder().decode(value)
+  }
+  // Keep reading, so a later line can never fill the pipe and block the provider.
+  void (async () => {
+    while (!(await reader.read()).done);
+  })()
+  return { url: /listening (\S+)/.exec(out)![1]!, pid: child.pid, stop: () => child.kill('SIGTERM') }
+}

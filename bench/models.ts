@@ -24,7 +24,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { freePort, log, machine, machineCpuMs, percentile, processCpuMs, randomBase62, removeDir, run, sourceVersion, startServer, tempDir, whenInterrupted } from './lib'
+import { freePort, log, startFakeProvider, machine, machineCpuMs, percentile, processCpuMs, randomBase62, removeDir, run, sourceVersion, startServer, tempDir, whenInterrupted } from './lib'
 
 const TTFT_REQUESTS = Number(process.env.MODELS_TTFT_REQUESTS ?? 500)
 const TTFT_WARMUP = Number(process.env.MODELS_TTFT_WARMUP ?? 300)
@@ -50,29 +50,6 @@ const SHAPES = {
   'bench-burst': { tokens: BURST_TOKENS, delayMs: 0, eventWrites: true },
 }
 type Model = keyof typeof SHAPES
-
-async function startFake(): Promise<{ url: string; pid: number; stop(): void }> {
-  const child = Bun.spawn(['bun', 'run', 'bench/fake-provider-server.ts'], {
-    cwd: join(import.meta.dir, '..'),
-    env: { ...process.env, FAKE_MODELS: JSON.stringify(SHAPES) },
-    stdout: 'pipe',
-    stderr: 'inherit',
-    stdin: 'ignore',
-  })
-  process.on('exit', () => child.kill('SIGKILL'))
-  const reader = child.stdout.getReader()
-  let out = ''
-  while (!/listening (\S+)/.test(out)) {
-    const { value, done } = await reader.read()
-    if (done) throw new Error(`the fake provider exited: ${out}`)
-    out += new TextDecoder().decode(value)
-  }
-  // Keep reading, so a later line can never fill the pipe and block the provider.
-  void (async () => {
-    while (!(await reader.read()).done);
-  })()
-  return { url: /listening (\S+)/.exec(out)![1]!, pid: child.pid, stop: () => child.kill('SIGTERM') }
-}
 
 interface Streamed {
   /** performance.now() when the request started; the other times are milliseconds after it. */
@@ -183,7 +160,7 @@ async function withCpu<T>(servicePid: number, fakePid: number, fn: () => Promise
 async function main() {
   const source = SERVICE_MAIN === 'src/main.ts' ? sourceVersion() : null
   log(`bench:models: ${SERVICE_MAIN}${source ? ` at ${source.commit}${source.src_dirty ? ' (src/ modified)' : ''}` : ''}`)
-  const fake = await startFake()
+  const fake = await startFakeProvider(SHAPES)
   fakeUrl = fake.url
   const modelsFile = join(work, 'models.json')
   writeFileSync(modelsFile, JSON.stringify({
