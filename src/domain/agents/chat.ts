@@ -8,14 +8,13 @@ import { emit } from '../../store/events'
 import { findWorkflow } from '../../store/workflows'
 import type { Caller } from '../access'
 import { chargeIn, checkBudget } from '../credits'
-import { searchBases } from '../knowledge/search'
 import type { CallContext } from '../models/gateway'
 import type { ChatMessage, FinishReason, ToolCall, ToolDefinition } from '../models/types'
 import { inputSpec, validateInputs } from '../workflows/graph'
 import { createRun, waitForRun } from '../workflows/runs'
 import { seesEveryConversation } from './conversations'
 import { conversationNotFound, loadAgent } from './service'
-import { agentTools, runTool, type Tool, type ToolContext } from './tools'
+import { agentTools, parseArguments, runTool, searchPassages, type Tool, type ToolContext } from './tools'
 
 export interface ChatInput {
   message: string
@@ -128,6 +127,7 @@ class TurnRunner {
   private readonly usage: store.MessageUsage = { tokens_in: 0, tokens_out: 0, credits: 0 }
   private content = ''
   private runId: string | null = null
+  private stored = false
 
   constructor(
     private readonly deps: Deps,
@@ -147,7 +147,6 @@ class TurnRunner {
    * Whatever happened is stored at the end, with the credits, also when it failed or the client left.
    */
   async agentLoop(): Promise<TurnResult> {
-    let finish = 'error'
     try {
       const model = this.deps.models.model(this.agent.model, 'llm')
       const tools = await agentTools(this.deps, this.agent)
@@ -155,20 +154,17 @@ class TurnRunner {
       const system = await this.systemMessage()
       const messages = [...(system ? [system] : []), ...trimHistory(this.history, model.context_length, system, definitions, this.input.message), { role: 'user' as const, content: this.input.message }]
       const ctx: CallContext = { workspaceId: this.agent.workspace_id, requestId: this.requestId, budgetChecked: true, deferredCharges: this.charges }
-      const toolCtx: ToolContext = { deps: this.deps, caller: this.caller, agent: this.agent, userId: this.input.user_id, requestId: this.requestId, signal: this.signal, charges: this.charges }
       for (let round = 1; ; round++) {
         const reply = await this.callModel(ctx, model, messages, definitions)
         if (reply.toolCalls.length === 0 || definitions.length === 0) {
-          finish = reply.finish === 'tool_calls' ? 'stop' : (reply.finish ?? 'stop')
-          break
+          return await this.finish(reply.finish === 'tool_calls' || !reply.finish ? 'stop' : reply.finish)
         }
         if (round >= MAX_TOOL_ROUNDS) {
           throw new AppError('upstream_error', `model ${model.id} asked for tools ${MAX_TOOL_ROUNDS} rounds in a row without answering; the turn was stopped`)
         }
         messages.push({ role: 'assistant', content: reply.content || null, tool_calls: reply.toolCalls })
-        await this.runTools(tools, reply.toolCalls, toolCtx, messages)
+        await this.runTools(tools, reply.toolCalls, messages)
       }
-      return await this.finish(finish)
     } catch (err) {
       await this.store(this.signal.aborted ? 'client_closed' : 'error').catch((e) => this.deps.log.error({ err: e }, 'could not store an interrupted turn'))
       throw err
@@ -176,8 +172,12 @@ class TurnRunner {
   }
 
   /** Runs the round's calls side by side; their results follow, in the calls' order. */
-  private async runTools(tools: Map<string, Tool>, calls: ToolCall[], ctx: ToolContext, messages: ChatMessage[]) {
-    for (const call of calls) this.onEvent({ event: 'tool_call', data: { tool: call.function.name, input: safeArgs(call.function.arguments) } })
+  private async runTools(tools: Map<string, Tool>, calls: ToolCall[], messages: ChatMessage[]) {
+    const ctx = this.toolContext()
+    for (const call of calls) {
+      const raw = call.function.arguments
+      this.onEvent({ event: 'tool_call', data: { tool: call.function.name, input: parseArguments(raw) ?? { _raw: raw.slice(0, 2000) } } })
+    }
     const results = await Promise.all(
       calls.map(async (call) => {
         const t0 = performance.now()
@@ -193,6 +193,10 @@ class TurnRunner {
     }
   }
 
+  private toolContext(): ToolContext {
+    return { deps: this.deps, caller: this.caller, agent: this.agent, userId: this.input.user_id, requestId: this.requestId, signal: this.signal, charges: this.charges }
+  }
+
   /**
    * The instructions; for an agent with knowledge bases but no knowledge_search tool, the passages
    * found for the message are added as context (retrieval without tool calling, for any model).
@@ -204,13 +208,11 @@ class TurnRunner {
       const input = { query: this.input.message }
       this.onEvent({ event: 'tool_call', data: { tool: 'knowledge_search', input } })
       const t0 = performance.now()
-      const call = { workspaceId: this.agent.workspace_id, requestId: this.requestId, deferredCharges: this.charges }
-      const results = await searchBases(this.deps, this.agent.workspace_id, this.agent.knowledge_base_ids, { query: this.input.message, top_k: CONTEXT_PASSAGES }, call, this.signal)
-      const output = { results: results.map((r) => ({ content: r.content, document_name: r.document_name, score: r.score, knowledge_base_id: r.knowledge_base_id, metadata: r.metadata })) }
+      const output = await searchPassages(this.toolContext(), this.input.message, CONTEXT_PASSAGES)
       const duration = Math.round(performance.now() - t0)
       this.toolCalls.push({ tool: 'knowledge_search', input, output, duration_ms: duration })
       this.onEvent({ event: 'tool_result', data: { output, duration_ms: duration } })
-      if (results.length > 0) text += `${text ? '\n\n' : ''}Context from the knowledge base:\n${results.map((r) => r.content).join('\n\n')}`
+      if (output.results.length > 0) text += `${text ? '\n\n' : ''}Context from the knowledge base:\n${output.results.map((r) => r.content).join('\n\n')}`
     }
     return text ? { role: 'system', content: text } : null
   }
@@ -289,8 +291,6 @@ class TurnRunner {
     }
   }
 
-  private stored = false
-
   /**
    * The answer (or what was produced of it), its tool calls, usage and the credits of every model
    * call, in one transaction. Nothing is stored for a failed turn that produced nothing (the credits
@@ -318,15 +318,6 @@ class TurnRunner {
 }
 
 const round6 = (n: number) => Math.round(n * 1e6) / 1e6
-
-function safeArgs(raw: string): Record<string, unknown> {
-  try {
-    const v = JSON.parse(raw || '{}')
-    return typeof v === 'object' && v !== null && !Array.isArray(v) ? v : { _raw: raw.slice(0, 2000) }
-  } catch {
-    return { _raw: raw.slice(0, 2000) }
-  }
-}
 
 function answerOf(outputs: Record<string, unknown>): string {
   for (const key of ['answer', 'text']) if (typeof outputs[key] === 'string') return outputs[key] as string

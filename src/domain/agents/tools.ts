@@ -86,6 +86,11 @@ async function knowledgeSearch(args: Record<string, unknown>, ctx: ToolContext):
   const query = typeof args.query === 'string' ? args.query.trim() : ''
   if (!query) return toolError('invalid_arguments', 'query must be a non-empty string')
   const topK = Number.isInteger(args.top_k) ? Math.min(20, Math.max(1, args.top_k as number)) : SEARCH_TOP_K
+  return searchPassages(ctx, query, topK)
+}
+
+/** The agent's bases searched for `query` (each in its own mode), as a knowledge_search output. */
+export async function searchPassages(ctx: ToolContext, query: string, topK: number): Promise<{ results: Record<string, unknown>[] }> {
   const call = { workspaceId: ctx.agent.workspace_id, requestId: ctx.requestId, deferredCharges: ctx.charges }
   const results = await searchBases(ctx.deps, ctx.agent.workspace_id, ctx.agent.knowledge_base_ids, { query, top_k: topK }, call, ctx.signal)
   return { results: results.map((r) => ({ content: r.content, document_name: r.document_name, score: r.score, knowledge_base_id: r.knowledge_base_id, metadata: r.metadata })) }
@@ -134,14 +139,8 @@ export const toolError = (code: string, message: string) => ({ error: { code, me
  * client going away, or a bug, is not caught here.
  */
 export async function runTool(tools: Map<string, Tool>, name: string, rawArgs: string, ctx: ToolContext): Promise<{ input: Record<string, unknown>; output: Record<string, unknown> }> {
-  let input: Record<string, unknown>
-  try {
-    const parsed = rawArgs.trim() === '' ? {} : JSON.parse(rawArgs)
-    if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new Error('not an object')
-    input = parsed as Record<string, unknown>
-  } catch {
-    return { input: { _raw: rawArgs.slice(0, 2000) }, output: toolError('invalid_arguments', 'the arguments are not a JSON object') }
-  }
+  const input = parseArguments(rawArgs)
+  if (!input) return { input: { _raw: rawArgs.slice(0, 2000) }, output: toolError('invalid_arguments', 'the arguments are not a JSON object') }
   const tool = tools.get(name)
   if (!tool) return { input, output: toolError('unknown_tool', `no tool is named ${name}; the tools are ${[...tools.keys()].join(', ') || 'none'}`) }
   try {
@@ -150,5 +149,15 @@ export async function runTool(tools: Map<string, Tool>, name: string, rawArgs: s
     if (ctx.signal.aborted) throw err
     if (err instanceof NodeError || err instanceof AppError) return { input, output: toolError(err.code, err.message) }
     throw err
+  }
+}
+
+/** A call's arguments as the JSON object they should be (empty means none); null when they are not one. */
+export function parseArguments(raw: string): Record<string, unknown> | null {
+  try {
+    const parsed = raw.trim() === '' ? {} : JSON.parse(raw)
+    return typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) ? (parsed as Record<string, unknown>) : null
+  } catch {
+    return null
   }
 }
