@@ -59,6 +59,11 @@ const describe: Record<Action, string> = {
   own: 'transfer or delete the workspace',
 }
 
+/** Whether an effective role is `min` or above. */
+export function roleAtLeast(role: EffectiveRole, min: EffectiveRole): boolean {
+  return rank[role] >= rank[min]
+}
+
 /** Whether a key may act with `role` at all (creating keys and workspaces). */
 export function keyAllows(caller: Caller, role: Role): boolean {
   return caller.isRoot || !caller.roleLimit || rank[caller.roleLimit] >= rank[role]

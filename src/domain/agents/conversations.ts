@@ -2,11 +2,9 @@ import type { Deps } from '../../deps'
 import { AppError } from '../../lib/errors'
 import type { ListQuery } from '../../lib/lists'
 import * as store from '../../store/agents'
-import type { Action, Caller } from '../access'
+import { roleAtLeast, type Action, type Caller } from '../access'
 import { access } from '../workspaces'
 import { conversationNotFound, loadAgent } from './service'
-
-const RANK = { readonly: 0, user: 1, developer: 2, admin: 3, owner: 4 } as const
 
 /**
  * CONTRACT 3: below `developer`, a caller sees only the conversations of its own user_id; from
@@ -18,7 +16,7 @@ export async function seesEveryConversation(deps: Deps, caller: Caller, workspac
 
 async function scopeOf(deps: Deps, caller: Caller, workspaceId: string, action: Action): Promise<string | null> {
   const ws = await access(deps.db.sql, caller, workspaceId, action)
-  return RANK[ws.effective] >= RANK.developer ? null : caller.userId
+  return roleAtLeast(ws.effective, 'developer') ? null : caller.userId
 }
 
 export async function loadConversation(deps: Deps, caller: Caller, id: string, action: Action): Promise<store.ConversationRow> {

@@ -90,15 +90,13 @@ async function checkDefinition(deps: Deps, workspaceId: string, a: store.AgentFi
   }
   if (a.type === 'chatflow') {
     if (!a.workflow_id) throw invalid('workflow_id', 'is required for a chatflow agent')
-    const wf = await findWorkflow(deps.db.sql, a.workflow_id)
-    if (!wf || wf.workspace_id !== workspaceId) throw invalid('workflow_id', `workflow ${a.workflow_id} not found in workspace ${workspaceId}`)
+    const wf = await workflowIn(deps, workspaceId, a.workflow_id, 'workflow_id')
     const message = inputSpec(wf.graph).find((s) => s.name === 'message')
     if (!message || message.type !== 'string') {
       throw invalid('workflow_id', `workflow ${a.workflow_id} must declare a string input "message" (the user's message) to answer a chatflow`)
     }
   } else if (a.workflow_id) {
-    const wf = await findWorkflow(deps.db.sql, a.workflow_id)
-    if (!wf || wf.workspace_id !== workspaceId) throw invalid('workflow_id', `workflow ${a.workflow_id} not found in workspace ${workspaceId}`)
+    await workflowIn(deps, workspaceId, a.workflow_id, 'workflow_id')
   }
   const names = new Set<string>()
   const policy = { allowHttp: deps.config.webhookAllowHttp, allowPrivate: deps.config.webhookAllowPrivateNetworks }
@@ -107,10 +105,7 @@ async function checkDefinition(deps: Deps, workspaceId: string, a: store.AgentFi
     if (tool.type === 'knowledge_search' && a.knowledge_base_ids.length === 0) {
       throw invalid(at, 'a knowledge_search tool needs knowledge_base_ids to search')
     }
-    if (tool.type === 'workflow') {
-      const wf = await findWorkflow(deps.db.sql, tool.workflow_id)
-      if (!wf || wf.workspace_id !== workspaceId) throw invalid(`${at}.workflow_id`, `workflow ${tool.workflow_id} not found in workspace ${workspaceId}`)
-    }
+    if (tool.type === 'workflow') await workflowIn(deps, workspaceId, tool.workflow_id, `${at}.workflow_id`)
     if (tool.type === 'http') {
       try {
         checkUrlShape(tool.url.replace(/\{[A-Za-z_][A-Za-z0-9_]*\}/g, 'x'), policy)
@@ -125,6 +120,12 @@ async function checkDefinition(deps: Deps, workspaceId: string, a: store.AgentFi
     names.add(name)
   }
   return a
+}
+
+async function workflowIn(deps: Deps, workspaceId: string, id: string, param: string) {
+  const wf = await findWorkflow(deps.db.sql, id)
+  if (!wf || wf.workspace_id !== workspaceId) throw invalid(param, `workflow ${id} not found in workspace ${workspaceId}`)
+  return wf
 }
 
 /** Another workspace's conversation, or one of another agent or user, is 404 (its existence never leaks). */
