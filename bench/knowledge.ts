@@ -394,10 +394,7 @@ async function recall(db: Database, kb: store.KnowledgeBaseRow) {
       await store.preferIndexOrder(tx)
       return store.vectorSearch(tx, scope)
     })
-    const exact = await db.sql.begin(async (tx) => {
-      await tx`set local enable_indexscan = off`
-      return store.vectorSearch(tx, scope)
-    })
+    const exact = await db.sql.begin((tx) => store.exactVectorSearch(tx, scope))
     const truth = new Set(exact.map((h) => h.chunk_id))
     found += approx.filter((h) => truth.has(h.chunk_id)).length
     total += truth.size
