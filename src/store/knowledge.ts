@@ -326,12 +326,12 @@ function filterClause(sql: Sql, filters: Record<string, unknown>) {
 }
 
 /**
- * HNSW's candidate list (ef_search): with pgvector's default of 40, a search found 73 % of the exact
- * top 10 on 3 000 chunks of generated Zipfian text (local-embed vectors of such text are nearly
- * equidistant, a hard case), 100 found 91 %, 200 found 97 %. On that corpus recall falls with size
- * (0.48 at 20 000 chunks, 0.19 at 100 000: bench/README.md), which a larger ef_search only slows.
+ * HNSW's candidate list (ef_search). At 100 000 chunks of generated text with subjects (bench/README.md,
+ * 100 queries against the exact search): 200 found 90 % of the exact top 10 on one PGlite build of the
+ * graph and 98 % on a server build; 400 found 99 % on PGlite, for ~25 % more time per search (p50 27 →
+ * 35 ms there). pgvector's default of 40 found 73 % on only 3 000 chunks.
  */
-const EF_SEARCH = 200
+const EF_SEARCH = 400
 
 /**
  * Searches run in a transaction whose HNSW scans continue until `limit` rows pass the filters

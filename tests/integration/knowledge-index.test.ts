@@ -172,7 +172,7 @@ describe('384 dimensions (local-embed)', () => {
       await store.preferIndexOrder(tx)
       const [settings] = await tx`select current_setting('hnsw.iterative_scan') as iterative, current_setting('hnsw.ef_search')::int as ef,
         current_setting('enable_seqscan') as seqscan, current_setting('enable_sort') as sort`
-      expect(settings).toEqual({ iterative: 'strict_order', ef: Math.max(200, 2 * limit), seqscan: 'off', sort: 'off' })
+      expect(settings).toEqual({ iterative: 'strict_order', ef: Math.max(400, 2 * limit), seqscan: 'off', sort: 'off' })
       return planned(tx, () => store.vectorSearch(tx, search384(kb, v, limit)))
     })
     expect(plan.filter(touchesChunks)).toEqual(['Index Scan using chunks_hnsw_384_idx'])
