@@ -46,7 +46,8 @@ export function sseResponse(
   const onAbort = () => abort.abort()
   request.signal?.addEventListener('abort', onAbort, { once: true })
   let ended = false
-  let sent = replay ? '' : null
+  // Kept only for a request with an Idempotency-Key (what its retries replay).
+  let sent = replay && state.idem ? '' : null
   const end = (complete = false) => {
     if (ended) return
     ended = true
