@@ -1,11 +1,10 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { rmSync } from 'node:fs'
 import type { Server } from 'bun'
 import { countChatTokens } from '../../src/lib/tokens'
 import { startWorkers, type Workers } from '../../src/workers'
 import { startFakeProvider, type FakeProvider, type FakeRequest, type Step } from '../helpers/fake-provider'
+import { pricedLlm, writeModelsFile } from '../helpers/agents'
 import { keyFor, startHarness, workspaceOf, type Harness } from '../helpers/harness'
 import { createKb, expectError, settled, uploadText } from '../helpers/knowledge'
 import { chain, end, start, tpl } from '../helpers/runs'
@@ -41,13 +40,12 @@ const second = new Promise<void>((resolve) => (secondArrived = resolve))
 
 beforeAll(async () => {
   fake = await startFakeProvider()
-  dir = mkdtempSync(join(tmpdir(), 'ap-agents-chat-'))
-  const file = join(dir, 'models.json')
   const provider = (id: string) => ({ id, kind: 'openai', base_url: fake.baseUrl, api_key: `sk-${id}`, timeout_ms: 5_000 })
-  writeFileSync(file, JSON.stringify({
+  let file: string
+  ;({ dir, file } = writeModelsFile('ap-agents-chat-', {
     providers: [provider('primary'), provider('secondary')],
     models: [
-      ...LLMS.map((id) => ({ id, type: 'llm', vendor: 'test', supports_function_call: true, routes: [{ provider: 'primary', model: `${id}-up` }], pricing: PRICING })),
+      ...LLMS.map((id) => pricedLlm(id, 'primary', PRICING)),
       { id: 'trim', type: 'llm', vendor: 'test', context_length: TRIM_CONTEXT, routes: [{ provider: 'primary', model: 'trim-up' }], pricing: PRICING },
       { id: 'pemb', type: 'embedding', vendor: 'test', dimensions: 8, routes: [{ provider: 'primary', model: 'pemb-up' }], pricing: { input_per_1k: 1 } },
       { id: 'fo', type: 'llm', vendor: 'test', routes: [{ provider: 'primary', model: 'fo-p' }, { provider: 'secondary', model: 'fo-s' }], pricing: PRICING },

@@ -1,9 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { rmSync } from 'node:fs'
 import type { Server } from 'bun'
 import { startFakeProvider, type FakeProvider, type Reply } from '../helpers/fake-provider'
+import { pricedLlm, writeModelsFile } from '../helpers/agents'
 import { keyFor, startHarness, waitFor, workspaceOf, type Answer, type Harness } from '../helpers/harness'
 
 /**
@@ -27,11 +26,10 @@ let ws: string
 
 beforeAll(async () => {
   fake = await startFakeProvider()
-  dir = mkdtempSync(join(tmpdir(), 'ap-agents-stream-'))
-  const file = join(dir, 'models.json')
-  writeFileSync(file, JSON.stringify({
+  let file: string
+  ;({ dir, file } = writeModelsFile('ap-agents-stream-', {
     providers: [{ id: 'fake', kind: 'openai', base_url: fake.baseUrl, api_key: 'sk-fake', timeout_ms: 10_000 }],
-    models: LLMS.map((id) => ({ id, type: 'llm', vendor: 'test', supports_function_call: true, routes: [{ provider: 'fake', model: `${id}-up` }], pricing: PRICING })),
+    models: LLMS.map((id) => pricedLlm(id, 'fake', PRICING)),
   }))
   receiver = Bun.serve({
     hostname: '127.0.0.1',
