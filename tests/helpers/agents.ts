@@ -1,6 +1,3 @@
-import { mkdtempSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { expect } from 'bun:test'
 import type { Answer, Harness } from './harness'
 import type { Node } from './runs'
@@ -76,11 +73,3 @@ export async function rowCount(h: Harness, table: 'agents' | 'conversations' | '
 /** A priced test LLM routed to `<id>-up` of `provider` (a fake provider's script name). */
 export const pricedLlm = (id: string, provider: string, pricing: Record<string, number>) =>
   ({ id, type: 'llm', vendor: 'test', supports_function_call: true, routes: [{ provider, model: `${id}-up` }], pricing })
-
-/** Writes a MODELS_FILE in a new temporary directory; answers both (remove `dir` after). */
-export function writeModelsFile(prefix: string, catalog: { providers: unknown[]; models: unknown[] }): { dir: string; file: string } {
-  const dir = mkdtempSync(join(tmpdir(), prefix))
-  const file = join(dir, 'models.json')
-  writeFileSync(file, JSON.stringify(catalog))
-  return { dir, file }
-}

@@ -1,3 +1,6 @@
+import { mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import type { Server } from 'bun'
 import type { ResolvedProvider } from '../../src/domain/models/catalog'
 import { waitFor } from './harness'
@@ -382,4 +385,12 @@ function errorResponse(step: ErrorStep, anthropic: boolean): Response {
   const headers: Record<string, string> = { 'content-type': typeof body === 'string' ? 'text/plain' : 'application/json', ...step.headers }
   if (step.retryAfter !== undefined) headers['retry-after'] = String(step.retryAfter)
   return new Response(typeof body === 'string' ? body : JSON.stringify(body), { status: step.status, headers })
+}
+
+/** Writes a MODELS_FILE in a new temporary directory; answers both (remove `dir` after). */
+export function writeModelsFile(prefix: string, catalog: { providers: unknown[]; models: unknown[] }): { dir: string; file: string } {
+  const dir = mkdtempSync(join(tmpdir(), prefix))
+  const file = join(dir, 'models.json')
+  writeFileSync(file, JSON.stringify(catalog))
+  return { dir, file }
 }

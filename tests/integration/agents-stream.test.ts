@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { rmSync } from 'node:fs'
 import type { Server } from 'bun'
-import { startFakeProvider, type FakeProvider, type Reply } from '../helpers/fake-provider'
-import { pricedLlm, writeModelsFile } from '../helpers/agents'
+import { startFakeProvider, writeModelsFile, type FakeProvider, type Reply } from '../helpers/fake-provider'
+import { pricedLlm } from '../helpers/agents'
 import { keyFor, startHarness, waitFor, workspaceOf, type Answer, type Harness } from '../helpers/harness'
 
 /**

@@ -1,9 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { existsSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { startWorkers, type Workers } from '../../src/workers'
-import { startFakeProvider, type FakeProvider } from '../helpers/fake-provider'
+import { startFakeProvider, writeModelsFile, type FakeProvider } from '../helpers/fake-provider'
 import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '../helpers/harness'
 import { chunksOf, count, createKb, expectError, expectIso, filesOf, outboxOf, settled, upload, uploadText } from '../helpers/knowledge'
 
@@ -27,19 +26,15 @@ const FAKE_DIMS = 16
 beforeAll(async () => {
   fake = await startFakeProvider()
   fake.script('fake-embed-up', [{ dimensions: FAKE_DIMS }])
-  dir = mkdtempSync(join(tmpdir(), 'ap-kb-'))
-  const modelsFile = join(dir, 'models.json')
-  writeFileSync(
-    modelsFile,
-    JSON.stringify({
-      providers: [{ id: 'fake', kind: 'openai', base_url: fake.baseUrl, api_key: 'sk-fake', timeout_ms: 10_000 }],
-      models: [
-        { id: 'fake-embed', type: 'embedding', vendor: 'test', dimensions: FAKE_DIMS, routes: [{ provider: 'fake', model: 'fake-embed-up' }] },
-        { id: 'huge-embed', type: 'embedding', vendor: 'test', dimensions: 3072, routes: [{ provider: 'fake', model: 'huge-embed-up' }] },
-        { id: 'fake-rerank', type: 'rerank', vendor: 'test', routes: [{ provider: 'fake', model: 'fake-rerank-up' }] },
-      ],
-    }),
-  )
+  let modelsFile: string
+  ;({ dir, file: modelsFile } = writeModelsFile('ap-kb-', {
+    providers: [{ id: 'fake', kind: 'openai', base_url: fake.baseUrl, api_key: 'sk-fake', timeout_ms: 10_000 }],
+    models: [
+      { id: 'fake-embed', type: 'embedding', vendor: 'test', dimensions: FAKE_DIMS, routes: [{ provider: 'fake', model: 'fake-embed-up' }] },
+      { id: 'huge-embed', type: 'embedding', vendor: 'test', dimensions: 3072, routes: [{ provider: 'fake', model: 'huge-embed-up' }] },
+      { id: 'fake-rerank', type: 'rerank', vendor: 'test', routes: [{ provider: 'fake', model: 'fake-rerank-up' }] },
+    ],
+  }))
   h = await startHarness({ MODELS_FILE: modelsFile, RATE_LIMIT_BURST: '100000', RATE_LIMIT_PER_SECOND: '100000' })
   workers = await startWorkers(h.deps)
   owner = await keyFor(h, 'kb-owner')

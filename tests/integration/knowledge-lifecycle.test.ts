@@ -1,9 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { existsSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { startWorkers, type Workers } from '../../src/workers'
-import { startFakeProvider, type FakeProvider } from '../helpers/fake-provider'
+import { startFakeProvider, writeModelsFile, type FakeProvider } from '../helpers/fake-provider'
 import { keyFor, startHarness, waitFor, workspaceOf, type Harness } from '../helpers/harness'
 import { chunksOf, count, createKb, expectError, filesOf, outboxOf, settled, statusOf, upload, uploadText } from '../helpers/knowledge'
 
@@ -26,20 +25,16 @@ const DIMS = 16
 beforeAll(async () => {
   fake = await startFakeProvider()
   fake.script('steady-up', [{ dimensions: DIMS }])
-  dir = mkdtempSync(join(tmpdir(), 'ap-kl-'))
-  const modelsFile = join(dir, 'models.json')
   // `flaky-embed` goes first to a provider whose answers are scripted per test and time out after
   // 2 s, then fails over to a steady one: a scripted hang holds a document in `embedding`.
-  writeFileSync(
-    modelsFile,
-    JSON.stringify({
-      providers: [
-        { id: 'first', kind: 'openai', base_url: fake.baseUrl, api_key: 'sk-fake', timeout_ms: 2_000 },
-        { id: 'steady', kind: 'openai', base_url: fake.baseUrl, api_key: 'sk-fake', timeout_ms: 10_000 },
-      ],
-      models: [{ id: 'flaky-embed', type: 'embedding', vendor: 'test', dimensions: DIMS, routes: [{ provider: 'first', model: 'flaky-up' }, { provider: 'steady', model: 'steady-up' }] }],
-    }),
-  )
+  let modelsFile: string
+  ;({ dir, file: modelsFile } = writeModelsFile('ap-kl-', {
+    providers: [
+      { id: 'first', kind: 'openai', base_url: fake.baseUrl, api_key: 'sk-fake', timeout_ms: 2_000 },
+      { id: 'steady', kind: 'openai', base_url: fake.baseUrl, api_key: 'sk-fake', timeout_ms: 10_000 },
+    ],
+    models: [{ id: 'flaky-embed', type: 'embedding', vendor: 'test', dimensions: DIMS, routes: [{ provider: 'first', model: 'flaky-up' }, { provider: 'steady', model: 'steady-up' }] }],
+  }))
   h = await startHarness({ MODELS_FILE: modelsFile, RATE_LIMIT_BURST: '100000', RATE_LIMIT_PER_SECOND: '100000' })
   workers = await startWorkers(h.deps)
   owner = await keyFor(h, 'kl-owner')
