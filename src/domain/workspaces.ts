@@ -4,7 +4,7 @@ import type { ListQuery } from '../lib/lists'
 import type { Pool as Sql } from '../store/db'
 import * as store from '../store/workspaces'
 import type { Role } from '../store/workspaces'
-import { authorize, keyAllows, type Action, type Caller } from './access'
+import { authorize, keyAllows, type Action, type Caller, type EffectiveRole } from './access'
 
 export const WORKSPACE_TYPES = ['team', 'personal'] as const
 export const JOIN_POLICIES = ['approve_required', 'invite_only', 'open'] as const
@@ -27,15 +27,27 @@ export async function loadOwned<R extends { workspace_id: string }>(
   action: Action,
   find: (sql: Sql, id: string) => Promise<R | null>,
 ): Promise<R> {
+  return (await loadOwnedWithRole(sql, caller, what, id, action, find)).row
+}
+
+/** `loadOwned`, with the caller's effective role in the resource's workspace (one access query for both). */
+export async function loadOwnedWithRole<R extends { workspace_id: string }>(
+  sql: Sql,
+  caller: Caller,
+  what: string,
+  id: string,
+  action: Action,
+  find: (sql: Sql, id: string) => Promise<R | null>,
+): Promise<{ row: R; role: EffectiveRole }> {
   const row = await find(sql, id)
   if (!row) throw notFound(what, id)
   try {
-    authorize(caller, await store.findWorkspaceAccess(sql, row.workspace_id, caller.userId), action, { id: row.workspace_id })
+    const ws = authorize(caller, await store.findWorkspaceAccess(sql, row.workspace_id, caller.userId), action, { id: row.workspace_id })
+    return { row, role: ws.effective }
   } catch (err) {
     if (err instanceof AppError && err.code === 'not_found') throw notFound(what, id)
     throw err
   }
-  return row
 }
 
 export async function createWorkspace(

@@ -1,5 +1,5 @@
 import type { Deps } from '../../deps'
-import { AppError } from '../../lib/errors'
+import { AppError, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { countChatTokens, countTokens } from '../../lib/tokens'
 import * as store from '../../store/agents'
@@ -12,8 +12,8 @@ import type { CallContext } from '../models/gateway'
 import type { ChatMessage, FinishReason, ToolCall, ToolDefinition } from '../models/types'
 import { inputSpec, validateInputs } from '../workflows/graph'
 import { createRun, waitForRun } from '../workflows/runs'
-import { seesEveryConversation } from './conversations'
-import { conversationNotFound, loadAgent } from './service'
+import { loadOwnedWithRole } from '../workspaces'
+import { onlyUserOf } from './conversations'
 import { agentTools, parseArguments, runTool, searchPassages, type Tool, type ToolContext } from './tools'
 
 export interface ChatInput {
@@ -64,9 +64,9 @@ export interface Turn {
 
 export async function prepareTurn(deps: Deps, caller: Caller, agentId: string, input: ChatInput, requestId: string): Promise<Turn> {
   const sql = deps.db.sql
-  const agent = await loadAgent(deps, caller, agentId, 'use')
+  const { row: agent, role } = await loadOwnedWithRole(sql, caller, 'agent', agentId, 'use', store.findAgent)
   // CONTRACT 3: below developer, a caller's conversations are those of its own user_id.
-  const ownOnly = !(await seesEveryConversation(deps, caller, agent.workspace_id))
+  const ownOnly = onlyUserOf(caller, role) !== null
   if (agent.status !== 'active') throw new AppError('conflict', `agent ${agent.id} is ${agent.status}; set its status to active to chat with it`)
   let chatflowInputs: Record<string, unknown> | null = null
   if (agent.type === 'chatflow') chatflowInputs = await checkChatflowInputs(deps, agent, input)
@@ -78,7 +78,7 @@ export async function prepareTurn(deps: Deps, caller: Caller, agentId: string, i
     existing = await store.findConversation(sql, input.conversation_id)
     // Another agent's conversation, or another user's, is not found: it is not this user's to continue.
     if (!existing || existing.agent_id !== agent.id || existing.user_id !== input.user_id || (ownOnly && existing.user_id !== caller.userId)) {
-      throw conversationNotFound(input.conversation_id)
+      throw notFound('conversation', input.conversation_id)
     }
   }
   if (ownOnly && input.user_id !== caller.userId) {

@@ -1,42 +1,30 @@
 import type { Deps } from '../../deps'
-import { AppError } from '../../lib/errors'
+import { notFound } from '../../lib/errors'
 import type { ListQuery } from '../../lib/lists'
 import * as store from '../../store/agents'
-import { roleAtLeast, type Action, type Caller } from '../access'
-import { access } from '../workspaces'
-import { conversationNotFound, loadAgent } from './service'
+import { roleAtLeast, type Action, type Caller, type EffectiveRole } from '../access'
+import { loadOwnedWithRole } from '../workspaces'
 
 /**
- * CONTRACT 3: below `developer`, a caller sees only the conversations of its own user_id; from
- * `developer` up, every conversation of the workspace (a backend answering for its end users).
+ * CONTRACT 3: below `developer`, a caller sees only the conversations of its own user_id (answered
+ * here); from `developer` up, every conversation of the workspace (null: a backend answering for its
+ * end users).
  */
-export async function seesEveryConversation(deps: Deps, caller: Caller, workspaceId: string): Promise<boolean> {
-  return (await scopeOf(deps, caller, workspaceId, 'use')) === null
-}
-
-async function scopeOf(deps: Deps, caller: Caller, workspaceId: string, action: Action): Promise<string | null> {
-  const ws = await access(deps.db.sql, caller, workspaceId, action)
-  return roleAtLeast(ws.effective, 'developer') ? null : caller.userId
+export function onlyUserOf(caller: Caller, role: EffectiveRole): string | null {
+  return roleAtLeast(role, 'developer') ? null : caller.userId
 }
 
 export async function loadConversation(deps: Deps, caller: Caller, id: string, action: Action): Promise<store.ConversationRow> {
-  const conv = await store.findConversation(deps.db.sql, id)
-  if (!conv) throw conversationNotFound(id)
-  let onlyUser: string | null
-  try {
-    onlyUser = await scopeOf(deps, caller, conv.workspace_id, action)
-  } catch (err) {
-    if (err instanceof AppError && err.code === 'not_found') throw conversationNotFound(id)
-    throw err
-  }
-  if (onlyUser !== null && conv.user_id !== onlyUser) throw conversationNotFound(id)
+  const { row: conv, role } = await loadOwnedWithRole(deps.db.sql, caller, 'conversation', id, action, store.findConversation)
+  const onlyUser = onlyUserOf(caller, role)
+  if (onlyUser !== null && conv.user_id !== onlyUser) throw notFound('conversation', id)
   return conv
 }
 
 /** An agent's conversations, newest activity first by default; `user_id` narrows them to one user. */
 export async function listConversations(deps: Deps, caller: Caller, agentId: string, userId: string | undefined, q: ListQuery): Promise<store.ConversationRow[]> {
-  const agent = await loadAgent(deps, caller, agentId, 'read')
-  const onlyUser = await scopeOf(deps, caller, agent.workspace_id, 'read')
+  const { row: agent, role } = await loadOwnedWithRole(deps.db.sql, caller, 'agent', agentId, 'read', store.findAgent)
+  const onlyUser = onlyUserOf(caller, role)
   if (onlyUser !== null && userId !== undefined && userId !== onlyUser) return []
   return store.listConversations(deps.db.sql, agent.id, onlyUser ?? userId ?? null, q)
 }

@@ -1,5 +1,5 @@
 import type { Deps } from '../../deps'
-import { AppError, invalid } from '../../lib/errors'
+import { invalid } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import type { ListQuery } from '../../lib/lists'
 import { checkUrlShape, UnsafeUrlError } from '../../lib/net-guard'
@@ -126,9 +126,4 @@ async function workflowIn(deps: Deps, workspaceId: string, id: string, param: st
   const wf = await findWorkflow(deps.db.sql, id)
   if (!wf || wf.workspace_id !== workspaceId) throw invalid(param, `workflow ${id} not found in workspace ${workspaceId}`)
   return wf
-}
-
-/** Another workspace's conversation, or one of another agent or user, is 404 (its existence never leaks). */
-export function conversationNotFound(id: string): AppError {
-  return new AppError('not_found', `conversation ${id} not found`)
 }
