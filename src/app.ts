@@ -1,6 +1,7 @@
 import { Elysia } from 'elysia'
 import type { Deps } from './deps'
 import { apiKeyRoutes } from './routes/api-keys'
+import { consoleRoutes } from './routes/console'
 import { docsRoutes } from './routes/docs'
 import { machineRoutes } from './routes/machines'
 import { opsRoutes } from './routes/ops'
@@ -50,6 +51,7 @@ export function buildApp(deps: Deps) {
     .use(conventions(deps))
     .use(docsRoutes(documentation))
     .use(opsRoutes(deps))
+    .use(consoleRoutes(deps))
     .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(machineRoutes(deps)).use(webhookRoutes(deps)).use(modelRoutes(deps)).use(usageRoutes(deps)).use(workflowRoutes(deps)).use(runRoutes(deps)).use(knowledgeRoutes(deps)).use(agentRoutes(deps)))
   return app
 }

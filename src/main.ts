@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs'
 import { buildApp } from './app'
+import { consoleBundle } from './routes/console'
 import { closeDeps, createLogger, flushLogs, openDeps } from './boot'
 import { ConfigError, loadConfig } from './config'
 import type { Deps } from './deps'
@@ -127,6 +128,12 @@ function listen(deps: Deps) {
   )
   // Written at once: whoever waits for the port to answer may look for this line next.
   flushLogs()
+  // The console's script is bundled now rather than on its first visit (a failure is logged, and the
+  // console's own route retries it).
+  consoleBundle().then(
+    () => log.info({ console: `${scheme}://${config.host}:${server.port}${config.basePath}/console` }, 'console ready'),
+    (err) => log.error({ err }, 'the console failed to build'),
+  )
   return server
 }
 

@@ -2,6 +2,7 @@ import { Elysia, ValidationError } from 'elysia'
 import type { Deps } from '../../deps'
 import { AppError, errorBody, type ErrorDetail } from '../../lib/errors'
 import { newId } from '../../lib/ids'
+import { CONSOLE_CSP } from '../console'
 import { authenticateRequest } from './auth'
 import { completeIdempotency } from './idempotency'
 import { initState, pathOf, stateOf, type RequestState } from './request-state'
@@ -38,6 +39,9 @@ export function conventions(deps: Deps) {
   // The reference page at /docs loads its script and styles; every other answer is data only.
   const docsSecurity = { ...security }
   security['content-security-policy'] = "default-src 'none'; frame-ancestors 'none'"
+  // The console's page and assets: its own scripts and styles, nothing inline, no other origin.
+  const consolePrefix = `${config.basePath}/console`
+  const consoleSecurity = { ...security, 'content-security-policy': CONSOLE_CSP }
 
   /**
    * The one exit of every JSON answer, success or error. Synchronous unless an idempotency record
@@ -87,7 +91,10 @@ export function conventions(deps: Deps) {
       const incoming = request.headers.get('x-request-id')
       const id = incoming && CLIENT_REQUEST_ID.test(incoming) ? incoming : newId('req')
       const state = initState(request, id, pathOf(request.url))
-      Object.assign(set.headers, state.path.startsWith('/docs') ? docsSecurity : security)
+      Object.assign(
+        set.headers,
+        state.path.startsWith('/docs') ? docsSecurity : state.path.startsWith(consolePrefix) ? consoleSecurity : security,
+      )
       set.headers['x-request-id'] = id
       if (request.method !== 'GET' && request.method !== 'HEAD') {
         const length = Number(request.headers.get('content-length') ?? 0)

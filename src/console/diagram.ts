@@ -1,0 +1,108 @@
+import { CONSOLE_BASE, api } from './api'
+import { h, put } from './dom'
+
+export interface Machine {
+  name: string
+  version: number
+  description: string | null
+  initial: string | null
+  states: { name: string; type: string; description?: string; final: boolean }[]
+  transitions: { source: string; event: string; target: string | null; guard?: string }[]
+  events: string[]
+  final_states: string[]
+  mermaid: string
+}
+
+interface MermaidApi {
+  initialize(config: Record<string, unknown>): void
+  render(id: string, text: string): Promise<{ svg: string }>
+}
+
+let loading: Promise<MermaidApi> | undefined
+/** Mermaid (3.5 MB) is loaded only by pages that draw a diagram, from the service itself. */
+function mermaid(): Promise<MermaidApi> {
+  loading ??= new Promise<MermaidApi>((resolve, reject) => {
+    const script = h('script', { src: `${CONSOLE_BASE}/vendor/mermaid.min.js` })
+    script.addEventListener('load', () => {
+      const m = (globalThis as unknown as { mermaid: MermaidApi }).mermaid
+      m.initialize({ startOnLoad: false, securityLevel: 'strict', theme: 'neutral', state: { useMaxWidth: true } })
+      resolve(m)
+    })
+    script.addEventListener('error', () => {
+      loading = undefined
+      reject(new Error('the diagram library failed to load'))
+    })
+    document.head.append(script)
+  })
+  return loading
+}
+
+let machines: Promise<Machine[]> | undefined
+export function loadMachines(): Promise<Machine[]> {
+  machines ??= api<{ data: Machine[] }>('GET', '/machines').then((r) => r.data).catch((err) => {
+    machines = undefined
+    throw err
+  })
+  return machines
+}
+
+/** The Mermaid id of a state (src/machines/describe.ts: the path joined by `_`). */
+export const stateId = (name: string) => name.replaceAll('.', '_').replace(/[^A-Za-z0-9_]/g, '_')
+
+export interface Highlight {
+  /** The actor's current state. */
+  current: string
+  /** The states it went through before, oldest first (may repeat). */
+  path: string[]
+}
+
+/** The machine's own diagram, with the current state and the visited ones styled by appended classes. */
+export function highlighted(text: string, hl: Highlight): string {
+  const visited = [...new Set(hl.path.filter((s) => s !== hl.current))].map(stateId)
+  const lines = [text.trimEnd(), '  classDef visited fill:#dbeafe,stroke:#1d4ed8,stroke-width:2px', '  classDef current fill:#fde68a,stroke:#b45309,stroke-width:4px,font-weight:bold']
+  if (visited.length) lines.push(`  class ${visited.join(',')} visited`)
+  lines.push(`  class ${stateId(hl.current)} current`)
+  return lines.join('\n') + '\n'
+}
+
+let seq = 0
+/**
+ * Draws `machine` into `figure`; with `hl`, the current state and the path so far are marked, and
+ * also written out as text (the diagram alone is not accessible).
+ */
+export async function drawMachine(figure: HTMLElement, machine: Machine, hl?: Highlight): Promise<void> {
+  figure.classList.add('diagram')
+  figure.dataset.machine = machine.name
+  if (hl) {
+    figure.dataset.currentState = hl.current
+    figure.dataset.path = [...hl.path, hl.current].join(' ')
+  }
+  const caption = h('figcaption', null,
+    h('strong', null, machine.name), ` (version ${machine.version})`,
+    hl ? [' — current state: ', h('mark', { class: 'current-state' }, hl.current), h('span', { class: 'path' }, ` · path: ${[...hl.path, hl.current].join(' → ')}`)] : null,
+  )
+  const canvas = h('div', { class: 'canvas', role: 'img', 'aria-label': `State diagram of ${machine.name}${hl ? `, current state ${hl.current}` : ''}` }, 'Drawing…')
+  put(figure, canvas, caption)
+  try {
+    const m = await mermaid()
+    const { svg } = await m.render(`mmd-${++seq}`, hl ? highlighted(machine.mermaid, hl) : machine.mermaid)
+    // Mermaid's own output, sanitised by its strict security level. Parsed by DOMParser, which runs
+    // no script; as HTML, because its labels are HTML inside foreignObject (<br>, not <br/>).
+    const svgEl = new DOMParser().parseFromString(svg, 'text/html').querySelector('svg')
+    if (!svgEl) throw new Error('Mermaid drew nothing')
+    put(canvas, document.importNode(svgEl, true))
+  } catch (err) {
+    put(canvas, h('span', { class: 'error', role: 'alert' }, `Diagram unavailable: ${(err as Error).message}`), h('pre', null, machine.mermaid))
+  }
+}
+
+/** Draws the machine called `name` (from GET /v1/machines). */
+export async function drawNamed(figure: HTMLElement, name: string, hl?: Highlight): Promise<void> {
+  const all = await loadMachines()
+  const machine = all.find((m) => m.name === name)
+  if (!machine) {
+    put(figure, h('p', { class: 'error' }, `No machine named ${name}`))
+    return
+  }
+  await drawMachine(figure, machine, hl)
+}

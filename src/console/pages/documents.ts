@@ -1,0 +1,185 @@
+import { api, listAll, query } from '../api'
+import { every, type PageContext } from '../context'
+import { drawNamed, type Highlight } from '../diagram'
+import { action, badge, facts, field, h, link, pre, put, table, when } from '../dom'
+import { noWorkspace } from './shared'
+
+interface KnowledgeBase {
+  id: string
+  name: string
+  description: string
+  embedding_model: string
+  retrieval: { mode: string }
+  rerank_model: string
+  created_at: string
+}
+interface Doc {
+  id: string
+  knowledge_base_id: string
+  name: string
+  type: string
+  group: string | null
+  size_bytes: number
+  metadata: Record<string, unknown>
+  status: string
+  error: { code: string; message: string } | null
+  chunks_count: number
+  indexed_at: string | null
+  created_at: string
+  updated_at: string
+}
+interface Result {
+  chunk_id: string
+  document_id: string
+  document_name: string
+  content: string
+  score: number
+  metadata: Record<string, unknown>
+}
+
+const STATUSES = ['uploading', 'parsing', 'chunking', 'embedding', 'ready', 'failed'] as const
+const IN_FLIGHT = new Set(['uploading', 'parsing', 'chunking', 'embedding'])
+
+export async function knowledgeBasesPage(ctx: PageContext) {
+  if (!ctx.workspaceId) return noWorkspace(ctx)
+  const list = await listAll<KnowledgeBase>('/knowledge-bases', { workspace_id: ctx.workspaceId }, ctx.signal)
+  put(ctx.main,
+    h('h1', null, 'Documents'),
+    h('p', null, 'Choose a knowledge base to see its documents and search it.'),
+    table('Knowledge bases of the workspace', ['Knowledge base', 'Embedding model', 'Retrieval', 'Created'],
+      list.map((k) => [link(`#/knowledge-bases/${encodeURIComponent(k.id)}`, k.name), k.embedding_model, k.retrieval.mode, when(k.created_at)])),
+  )
+}
+
+export async function knowledgeBasePage(ctx: PageContext) {
+  const id = ctx.params[0]!
+  const path = `/knowledge-bases/${encodeURIComponent(id)}`
+  const kb = (await api<{ data: KnowledgeBase }>('GET', path, undefined, ctx.signal)).data
+  const status = h('select', null, h('option', { value: '' }, 'all'), STATUSES.map((s) => h('option', { value: s }, s)))
+  status.value = ctx.query.get('status') ?? ''
+  status.addEventListener('change', () => {
+    location.hash = `#/knowledge-bases/${encodeURIComponent(id)}${query({ status: status.value })}`
+  })
+  const docs = h('div', { 'aria-live': 'polite' })
+  const show = async () => {
+    const list = await listAll<Doc>(`${path}/documents`, { status: status.value || undefined }, ctx.signal, 300)
+    put(docs, table('Documents, newest first', ['Document', 'Type', 'Status', 'Chunks', 'Error', 'Updated'],
+      list.map((d) => [
+        link(`#/knowledge-bases/${encodeURIComponent(id)}/documents/${encodeURIComponent(d.id)}`, d.name),
+        d.type,
+        badge(d.status),
+        d.chunks_count,
+        d.error ? `${d.error.code}: ${d.error.message}` : '',
+        when(d.updated_at),
+      ])))
+    return list.some((d) => IN_FLIGHT.has(d.status))
+  }
+  put(ctx.main,
+    h('p', { class: 'crumbs' }, link('#/documents', 'Documents'), ' / ', kb.name),
+    h('h1', null, kb.name),
+    facts([['Embedding model', kb.embedding_model], ['Retrieval mode', kb.retrieval.mode], ['Rerank model', kb.rerank_model], ['Description', kb.description || '—']]),
+    searchBox(path, ctx),
+    h('h2', null, 'Documents'),
+    field('Document status', status, 'doc-status'),
+    docs,
+  )
+  if (await show()) every(2000, ctx.signal, show)
+}
+
+function searchBox(path: string, ctx: PageContext): HTMLElement {
+  const input = h('input', { type: 'search', required: true, placeholder: 'What to look for' })
+  const topK = h('input', { type: 'number', min: '1', max: '50', value: '5' })
+  const rerank = h('input', { type: 'checkbox' })
+  const results = h('div', { 'aria-live': 'polite' })
+  const form = h('form', { class: 'search', role: 'search', 'aria-label': 'Search the knowledge base' },
+    h('h2', null, 'Search'),
+    field('Search query', input, 'search-query'), field('Results (top_k)', topK, 'search-top-k'),
+    h('div', { class: 'field inline' }, rerank, h('label', { for: 'search-rerank' }, 'Rerank')),
+    h('button', { type: 'submit' }, 'Search'),
+    results,
+  )
+  rerank.id = 'search-rerank'
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault()
+    put(results, 'Searching…')
+    try {
+      const r = await api<{ results: Result[] }>('POST', `${path}/search`, { query: input.value, top_k: Number(topK.value) || 5, rerank: rerank.checked }, ctx.signal)
+      put(results, r.results.length === 0
+        ? h('p', { class: 'empty' }, 'No result.')
+        : h('ol', { class: 'results' }, r.results.map((x) => h('li', null,
+          h('div', { class: 'result-head' }, h('span', { class: 'score', title: 'score' }, x.score.toFixed(3)), ' ', h('strong', null, x.document_name)),
+          h('p', { class: 'content' }, x.content),
+        ))))
+    } catch (err) {
+      put(results, h('p', { class: 'error', role: 'alert' }, (err as Error).message))
+    }
+  })
+  return form
+}
+
+export async function documentPage(ctx: PageContext) {
+  const [kbId, id] = ctx.params as [string, string]
+  const status = h('div', { class: 'status', role: 'status' })
+  const body = h('div', { 'aria-live': 'polite' })
+  const figure = h('figure')
+  let drawn = ''
+  const show = async () => {
+    const d = await findDocument(kbId, id, ctx.signal)
+    put(body,
+      facts([
+        ['Name', d.name], ['Status', badge(d.status)], ['Type', d.type], ['Group', d.group ?? '—'], ['Size', `${d.size_bytes} bytes`],
+        ['Chunks', d.chunks_count], ['Indexed', when(d.indexed_at)], ['Error', d.error ? `${d.error.code}: ${d.error.message}` : '—'], ['Uploaded', when(d.created_at)],
+      ]),
+      h('div', { class: 'actions' },
+        d.status === 'ready' || d.status === 'failed'
+          ? action('Reparse', async () => {
+            await api('POST', `/documents/${encodeURIComponent(id)}/reparse`, undefined, ctx.signal)
+            put(status, 'Reparse started.')
+            if (!(await show())) return
+            every(1000, ctx.signal, show)
+          }, status)
+          : null,
+      ),
+      h('h2', null, 'Metadata'),
+      pre(d.metadata),
+    )
+    const hl = documentPath(d)
+    if (drawn !== hl.current) {
+      drawn = hl.current
+      await drawNamed(figure, 'document', hl)
+    }
+    return IN_FLIGHT.has(d.status)
+  }
+  put(ctx.main,
+    h('p', { class: 'crumbs' }, link('#/documents', 'Documents'), ' / ', link(`#/knowledge-bases/${encodeURIComponent(kbId)}`, 'Knowledge base'), ' / ', 'Document'),
+    h('h1', null, 'Document'),
+    status,
+    body,
+    h('h2', null, 'State machine'),
+    figure,
+  )
+  if (await show()) every(1000, ctx.signal, show)
+}
+
+/** GET /v1/documents/{id} answers spec 4.4's status shape only: the rest comes from the base's list. */
+async function findDocument(kbId: string, id: string, signal: AbortSignal): Promise<Doc> {
+  const [state, list] = await Promise.all([
+    api<{ id: string; status: string; chunks_count: number; indexed_at: string | null }>('GET', `/documents/${encodeURIComponent(id)}`, undefined, signal),
+    listAll<Doc>(`/knowledge-bases/${encodeURIComponent(kbId)}/documents`, {}, signal, 2000),
+  ])
+  const doc = list.find((d) => d.id === id)
+  if (!doc) throw new Error(`document ${id} is not in this knowledge base`)
+  return { ...doc, status: state.status, chunks_count: state.chunks_count, indexed_at: state.indexed_at }
+}
+
+/**
+ * The document machine's path: ingestion goes uploading → parsing → chunking → embedding → ready.
+ * A failed document's error code tells where it stopped when it can (parse errors in parsing).
+ */
+export function documentPath(d: Pick<Doc, 'status' | 'error' | 'chunks_count'>): Highlight {
+  const order = ['uploading', 'parsing', 'chunking', 'embedding', 'ready']
+  if (d.status !== 'failed') return { current: d.status, path: order.slice(0, Math.max(0, order.indexOf(d.status))) }
+  const code = d.error?.code ?? ''
+  const stage = /upload|storage/.test(code) ? 'uploading' : /embed|index|model|credit|upstream/.test(code) ? 'embedding' : /chunk/.test(code) ? 'chunking' : 'parsing'
+  return { current: 'failed', path: order.slice(0, order.indexOf(stage) + 1) }
+}

@@ -1,0 +1,203 @@
+import { api, listAll, query, stream } from '../api'
+import { every, type PageContext } from '../context'
+import { drawNamed } from '../diagram'
+import { action, badge, facts, field, h, link, pre, put, table, when } from '../dom'
+import { noWorkspace } from './shared'
+
+interface Workflow {
+  id: string
+  name: string
+  description?: string
+  version: number
+  updated_at: string
+}
+interface Run {
+  run_id: string
+  workflow_id: string
+  workflow_version: number
+  status: 'running' | 'completed' | 'failed' | 'cancelled'
+  inputs: Record<string, unknown>
+  outputs: Record<string, unknown>
+  usage: { tokens_in: number; tokens_out: number; credits: number }
+  error?: { code: string; message: string; node: string | null }
+  duration_ms: number | null
+  user_id: string | null
+  created_at: string
+  finished_at: string | null
+}
+interface RunEvent {
+  seq: number
+  event: string
+  data: Record<string, unknown>
+  created_at: string
+}
+
+const STATUSES = ['running', 'completed', 'failed', 'cancelled'] as const
+
+export async function workflowsPage(ctx: PageContext) {
+  if (!ctx.workspaceId) return noWorkspace(ctx)
+  const list = await listAll<Workflow>('/workflows', { workspace_id: ctx.workspaceId }, ctx.signal)
+  put(ctx.main,
+    h('h1', null, 'Runs'),
+    h('p', null, 'Choose a workflow to see its runs.'),
+    table('Workflows of the workspace', ['Workflow', 'Version', 'Updated'], list.map((w) => [link(`#/workflows/${encodeURIComponent(w.id)}`, w.name), w.version, when(w.updated_at)])),
+  )
+}
+
+/** datetime-local (the browser's time zone) ↔ ISO 8601 UTC for the API's created_at filters. */
+const toIso = (local: string) => (local ? new Date(local).toISOString() : '')
+const toLocal = (iso: string | null) => {
+  if (!iso) return ''
+  const d = new Date(iso)
+  if (Number.isNaN(d.getTime())) return ''
+  return new Date(d.getTime() - d.getTimezoneOffset() * 60_000).toISOString().slice(0, 16)
+}
+
+export async function workflowPage(ctx: PageContext) {
+  const id = ctx.params[0]!
+  const path = `/workflows/${encodeURIComponent(id)}`
+  const wf = (await api<{ data: Workflow }>('GET', path, undefined, ctx.signal)).data
+  const status = h('select', null, h('option', { value: '' }, 'all'), STATUSES.map((s) => h('option', { value: s }, s)))
+  status.value = ctx.query.get('status') ?? ''
+  const after = h('input', { type: 'datetime-local', value: toLocal(ctx.query.get('created_at_after')) })
+  const before = h('input', { type: 'datetime-local', value: toLocal(ctx.query.get('created_at_before')) })
+  const filters = h('form', { class: 'filters', 'aria-label': 'Filter runs' },
+    field('Status', status, 'run-status'), field('Started after', after, 'run-after'), field('Started before', before, 'run-before'),
+    h('button', { type: 'submit' }, 'Filter'),
+  )
+  filters.addEventListener('submit', (e) => {
+    e.preventDefault()
+    location.hash = `${path}${query({ status: status.value, created_at_after: toIso(after.value), created_at_before: toIso(before.value) })}`
+  })
+  const inputs = h('textarea', { rows: '4', spellcheck: 'false' }, '{}')
+  const userId = h('input', { type: 'text', value: 'console' })
+  const startStatus = h('div', { class: 'status', role: 'status' })
+  const start = h('form', { class: 'start-run', 'aria-label': 'Start a run' },
+    field('Inputs (JSON)', inputs, 'run-inputs'), field('User id', userId, 'run-user'),
+    h('button', { type: 'submit' }, 'Start run'), startStatus,
+  )
+  start.addEventListener('submit', async (e) => {
+    e.preventDefault()
+    let parsed: unknown
+    try {
+      parsed = JSON.parse(inputs.value || '{}')
+    } catch (err) {
+      put(startStatus, h('span', { class: 'error', role: 'alert' }, `Inputs are not JSON: ${(err as Error).message}`))
+      return
+    }
+    try {
+      const r = await api<{ run_id: string }>('POST', `${path}/runs?async=true`, { inputs: parsed, user_id: userId.value || undefined }, ctx.signal)
+      location.hash = `#/runs/${encodeURIComponent(r.run_id)}`
+    } catch (err) {
+      put(startStatus, h('span', { class: 'error', role: 'alert' }, (err as Error).message))
+    }
+  })
+  const runs = h('div', { 'aria-live': 'polite' })
+  const show = async () => {
+    const filter = { status: ctx.query.get('status') ?? undefined, created_at_after: ctx.query.get('created_at_after') ?? undefined, created_at_before: ctx.query.get('created_at_before') ?? undefined }
+    const list = await listAll<Run>(`${path}/runs`, filter, ctx.signal, 200)
+    put(runs, table('Runs, newest first', ['Run', 'Status', 'Version', 'Duration', 'Credits', 'User', 'Started'],
+      list.map((r) => [link(`#/runs/${encodeURIComponent(r.run_id)}`, r.run_id), badge(r.status), r.workflow_version, r.duration_ms === null ? '—' : `${r.duration_ms} ms`, r.usage.credits, r.user_id ?? '—', when(r.created_at)])))
+    return list.some((r) => r.status === 'running')
+  }
+  put(ctx.main,
+    h('p', { class: 'crumbs' }, link('#/runs', 'Runs'), ' / ', wf.name),
+    h('h1', null, wf.name),
+    h('details', null, h('summary', null, 'Start a run'), start),
+    filters,
+    runs,
+  )
+  await show()
+  every(3000, ctx.signal, show)
+}
+
+export async function runPage(ctx: PageContext) {
+  const id = ctx.params[0]!
+  const path = `/runs/${encodeURIComponent(id)}`
+  const status = h('div', { class: 'status', role: 'status' })
+  const info = h('div', { 'aria-live': 'polite' })
+  const figure = h('figure')
+  const timeline = h('ol', { class: 'timeline', 'aria-label': 'Run events' })
+  const started = new Map<string, number>()
+  let run: Run
+  let drawn = ''
+
+  const showRun = async () => {
+    run = (await api<{ data: Run }>('GET', path, undefined, ctx.signal)).data
+    put(info,
+      facts([
+        ['Status', badge(run.status)],
+        ['Workflow', link(`#/workflows/${encodeURIComponent(run.workflow_id)}`, `${run.workflow_id} (version ${run.workflow_version})`)],
+        ['Started', when(run.created_at)],
+        ['Finished', when(run.finished_at)],
+        ['Duration', run.duration_ms === null ? '—' : `${run.duration_ms} ms`],
+        ['Usage', `${run.usage.tokens_in} tokens in, ${run.usage.tokens_out} out, ${run.usage.credits} credits`],
+        ['Error', run.error ? `${run.error.code}: ${run.error.message}${run.error.node ? ` (node ${run.error.node})` : ''}` : '—'],
+      ]),
+      h('div', { class: 'actions' },
+        run.status === 'running'
+          ? action('Cancel', async () => {
+            await api('POST', `${path}/cancel`, undefined, ctx.signal)
+            put(status, 'Cancelled.')
+            await showRun()
+          }, status)
+          : null,
+      ),
+      h('details', null, h('summary', null, 'Inputs and outputs'), h('h3', null, 'Inputs'), pre(run.inputs), h('h3', null, 'Outputs'), pre(run.outputs)),
+    )
+    if (drawn !== run.status) {
+      drawn = run.status
+      await drawNamed(figure, 'workflow-run', { current: run.status, path: run.status === 'running' ? [] : ['running'] })
+    }
+  }
+
+  const addEvent = (e: { seq?: number; event: string; data: Record<string, unknown>; created_at?: string }) => {
+    const d = e.data ?? {}
+    const node = String(d.node ?? d.node_id ?? '')
+    let detail: HTMLElement | string = ''
+    if (e.event === 'node_start') started.set(node, Date.now())
+    if (e.event === 'node_end') detail = h('details', null, h('summary', null, `output, ${d.duration_ms ?? '?'} ms`), pre(d.output ?? {}))
+    else if (e.event === 'message') detail = String(d.delta ?? d.content ?? '')
+    else if (e.event !== 'node_start') detail = pre(d)
+    timeline.append(h('li', { class: `ev ev-${e.event.replace(/[^a-z_]/g, '')}`, 'data-event': e.event },
+      h('span', { class: 'ev-name' }, e.event), ' ', node ? h('strong', null, node) : null, ' ',
+      e.event === 'node_end' ? h('span', { class: 'duration' }, `${d.duration_ms ?? '?'} ms`) : null, ' ', detail,
+    ))
+  }
+
+  await showRun()
+  put(ctx.main,
+    h('p', { class: 'crumbs' }, link('#/runs', 'Runs'), ' / ', link(`#/workflows/${encodeURIComponent(run!.workflow_id)}`, 'Workflow'), ' / ', id),
+    h('h1', null, `Run ${id}`),
+    status,
+    info,
+    h('div', { class: 'two' },
+      h('section', { 'aria-labelledby': 'tl' }, h('h2', { id: 'tl' }, 'Event timeline'), timeline),
+      h('section', { 'aria-labelledby': 'sm' }, h('h2', { id: 'sm' }, 'State machine'), figure),
+    ),
+  )
+  if (run!.status !== 'running') {
+    const events = await api<{ data: RunEvent[] }>('GET', `${path}/events`, undefined, ctx.signal)
+    for (const e of events.data) addEvent(e)
+    return
+  }
+  // Live: the run's event stream, and its status polled (a cancel from elsewhere ends the stream too).
+  every(1000, ctx.signal, async () => {
+    await showRun()
+    return run.status === 'running'
+  })
+  let lastId: string | undefined
+  for (let attempt = 0; attempt < 20 && !ctx.signal.aborted; attempt++) {
+    try {
+      await stream('GET', `${path}/events`, undefined, (event, data, eventId) => {
+        if (eventId) lastId = eventId
+        addEvent({ event, data: (data ?? {}) as Record<string, unknown> })
+      }, ctx.signal, lastId ? { 'last-event-id': lastId } : {})
+      break
+    } catch (err) {
+      if (ctx.signal.aborted) return
+      await new Promise((r) => setTimeout(r, 1000))
+    }
+  }
+  if (!ctx.signal.aborted) await showRun()
+}

@@ -1,0 +1,191 @@
+import { api, listAll, query } from '../api'
+import { every, type PageContext } from '../context'
+import { drawNamed, type Highlight } from '../diagram'
+import { action, badge, facts, field, h, link, pre, put, table, when } from '../dom'
+import { noWorkspace } from './shared'
+
+interface Webhook {
+  id: string
+  workspace_id: string
+  url: string
+  events: string[]
+  enabled: boolean
+  disabled_reason: string | null
+  previous_secret_expires_at: string | null
+  created_at: string
+}
+interface Attempt {
+  attempt: number
+  at: string
+  status_code: number | null
+  duration_ms: number | null
+  error: string | null
+  response_excerpt: string | null
+}
+interface Delivery {
+  id: string
+  webhook_id: string
+  event_id: string
+  event: string
+  status: 'pending' | 'retrying' | 'succeeded' | 'failed'
+  attempts_count: number
+  attempts: Attempt[]
+  next_attempt_at: string | null
+  data: unknown
+  created_at: string
+  updated_at: string
+}
+
+const STATUSES = ['pending', 'retrying', 'succeeded', 'failed'] as const
+
+export async function webhooksPage(ctx: PageContext) {
+  if (!ctx.workspaceId) return noWorkspace(ctx)
+  const list = await listAll<Webhook>('/webhooks', { workspace_id: ctx.workspaceId }, ctx.signal)
+  put(ctx.main,
+    h('h1', null, 'Webhooks'),
+    table('Webhook endpoints of the workspace', ['URL', 'Events', 'State', 'Created'],
+      list.map((w) => [link(`#/webhooks/${encodeURIComponent(w.id)}`, w.url), w.events.join(', '), w.enabled ? badge('enabled') : [badge('disabled'), w.disabled_reason ? ` ${w.disabled_reason}` : ''], when(w.created_at)])),
+  )
+}
+
+export async function webhookPage(ctx: PageContext) {
+  const id = ctx.params[0]!
+  const path = `/webhooks/${encodeURIComponent(id)}`
+  const status = h('div', { class: 'status', role: 'status' })
+  const info = h('div')
+  const deliveries = h('div', { 'aria-live': 'polite' })
+  const filter = h('select', null, h('option', { value: '' }, 'all'), STATUSES.map((s) => h('option', { value: s }, s)))
+  filter.value = ctx.query.get('status') ?? ''
+  filter.addEventListener('change', () => {
+    location.hash = `#/webhooks/${encodeURIComponent(id)}${query({ status: filter.value })}`
+  })
+
+  let hook: Webhook
+  const showHook = async () => {
+    hook = (await api<{ data: Webhook }>('GET', path, undefined, ctx.signal)).data
+    put(info,
+      facts([
+        ['URL', hook.url],
+        ['Events', hook.events.join(', ')],
+        ['State', hook.enabled ? badge('enabled') : [badge('disabled'), hook.disabled_reason ? ` (${hook.disabled_reason})` : '']],
+        ['Previous secret valid until', when(hook.previous_secret_expires_at)],
+        ['Created', when(hook.created_at)],
+      ]),
+      h('div', { class: 'actions' },
+        action('Ping', async () => {
+          await api('POST', `${path}/ping`, undefined, ctx.signal)
+          put(status, 'A webhook.test delivery was queued.')
+          await showDeliveries()
+        }, status),
+        action(hook.enabled ? 'Disable' : 'Enable', async () => {
+          await api('PATCH', path, { enabled: !hook.enabled }, ctx.signal)
+          put(status, hook.enabled ? 'Disabled.' : 'Enabled.')
+          await showHook()
+        }, status),
+        action('Rotate secret', async () => {
+          if (!confirm('Rotate the signing secret? The old one keeps signing beside the new one for 24 hours.')) return
+          const secret = newSecret()
+          await api('PATCH', path, { secret }, ctx.signal)
+          put(status, h('div', { class: 'notice' }, 'New secret (shown once, copy it to the receiver now): ', h('code', { class: 'secret' }, secret)))
+          await showHook()
+        }, status),
+      ),
+    )
+  }
+  const showDeliveries = async () => {
+    const list = await api<{ data: Delivery[] }>('GET', `${path}/deliveries${query({ status: filter.value, limit: 50 })}`, undefined, ctx.signal)
+    put(deliveries, table(`Deliveries${filter.value ? ` (${filter.value})` : ''}, newest first`, ['Event', 'Status', 'Attempts', 'Last answer', 'Next attempt', 'Created'],
+      list.data.map((d) => {
+        const last = d.attempts.at(-1)
+        return [
+          link(`#/webhooks/${encodeURIComponent(id)}/deliveries/${encodeURIComponent(d.id)}`, d.event),
+          badge(d.status),
+          d.attempts_count,
+          last ? (last.status_code ?? last.error ?? '—') : '—',
+          when(d.next_attempt_at),
+          when(d.created_at),
+        ]
+      })))
+    return list.data.some((d) => d.status === 'pending' || d.status === 'retrying')
+  }
+
+  await showHook()
+  put(ctx.main,
+    h('p', { class: 'crumbs' }, link('#/webhooks', 'Webhooks'), ' / ', hook!.url),
+    h('h1', null, 'Webhook'),
+    info,
+    status,
+    h('h2', null, 'Deliveries'),
+    field('Delivery status', filter, 'delivery-status'),
+    deliveries,
+  )
+  await showDeliveries()
+  every(2000, ctx.signal, showDeliveries)
+}
+
+export async function deliveryPage(ctx: PageContext) {
+  const [hookId, id] = ctx.params as [string, string]
+  const path = `/webhooks/${encodeURIComponent(hookId)}/deliveries/${encodeURIComponent(id)}`
+  const status = h('div', { class: 'status', role: 'status' })
+  const body = h('div', { 'aria-live': 'polite' })
+  const figure = h('figure')
+  let shown = ''
+  const show = async () => {
+    const d = (await api<{ data: Delivery }>('GET', path, undefined, ctx.signal)).data
+    put(body,
+      facts([['Event', d.event], ['Status', badge(d.status)], ['Delivery id', h('code', null, d.id)], ['Event id', h('code', null, d.event_id)], ['Next attempt', when(d.next_attempt_at)], ['Created', when(d.created_at)]]),
+      h('div', { class: 'actions' },
+        d.status === 'failed'
+          ? action('Resend', async () => {
+            await api('POST', `${path}/redeliver`, undefined, ctx.signal)
+            put(status, 'Resent: a new attempt is on its way.')
+            await show()
+            every(1000, ctx.signal, show)
+          }, status)
+          : null,
+      ),
+      h('h2', null, 'Attempts'),
+      table('Attempts, oldest first', ['#', 'At', 'Status code', 'Latency', 'Error', 'Response excerpt'],
+        d.attempts.map((a) => [a.attempt, when(a.at), a.status_code ?? '—', a.duration_ms === null ? '—' : `${a.duration_ms} ms`, a.error ?? '', a.response_excerpt ? h('pre', { class: 'excerpt' }, a.response_excerpt) : '']), 'no attempt yet.'),
+      h('h2', null, 'Payload'),
+      pre(d.data),
+    )
+    const hl = deliveryPath(d)
+    const key = `${hl.current}|${hl.path.join()}`
+    if (key !== shown) {
+      shown = key
+      await drawNamed(figure, 'webhook-delivery', hl)
+    }
+    return d.status === 'pending' || d.status === 'retrying'
+  }
+  put(ctx.main,
+    h('p', { class: 'crumbs' }, link('#/webhooks', 'Webhooks'), ' / ', link(`#/webhooks/${encodeURIComponent(hookId)}`, 'Webhook'), ' / ', 'Delivery'),
+    h('h1', null, 'Delivery'),
+    status,
+    body,
+    h('h2', null, 'State machine'),
+    figure,
+  )
+  if (await show()) every(1000, ctx.signal, show)
+}
+
+/**
+ * The delivery machine's path, from what the API shows: every attempt was a `sending`, each but the
+ * last followed by `retrying` (a redelivery goes through `pending` again, which the attempts do not
+ * tell apart from a retry).
+ */
+export function deliveryPath(d: Delivery): Highlight {
+  const path = ['pending']
+  d.attempts.forEach((_, i) => {
+    path.push('sending')
+    if (i < d.attempts.length - 1) path.push('retrying')
+  })
+  const current = d.status
+  if (path.at(-1) === current) path.pop()
+  return { current, path }
+}
+
+function newSecret(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(32))
+  return `whsec_${btoa(String.fromCharCode(...bytes)).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '')}`
+}

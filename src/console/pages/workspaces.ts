@@ -1,0 +1,73 @@
+import { api, listAll } from '../api'
+import type { PageContext } from '../context'
+import { badge, facts, h, link, put, table, when } from '../dom'
+
+interface Workspace {
+  id: string
+  name: string
+  description: string
+  type: string
+  owner_id: string
+  member_count: number
+  status: string
+  created_at: string
+}
+interface Member {
+  user_id: string
+  role: string
+  is_owner: boolean
+  created_at: string
+}
+interface Usage {
+  from: string
+  to: string
+  total: { calls: number; tokens_in: number; tokens_out: number; credits: number }
+  by_model: { model: string; calls: number; tokens_in: number; tokens_out: number; credits: number }[]
+  budget: { credits: number; used: number; remaining: number; period: string; period_start: string; thresholds: number[]; hard_limit: boolean } | null
+}
+
+export async function workspacesPage(ctx: PageContext) {
+  const list = await listAll<Workspace>('/workspaces', {}, ctx.signal)
+  put(ctx.main,
+    h('h1', null, 'Workspaces'),
+    table('Workspaces this key can see', ['Name', 'ID', 'Type', 'Status', 'Members', 'Owner', 'Created'],
+      list.map((w) => [link(`#/workspaces/${encodeURIComponent(w.id)}`, w.name), h('code', null, w.id), w.type, badge(w.status), w.member_count, w.owner_id, when(w.created_at)])),
+  )
+}
+
+export async function workspacePage(ctx: PageContext) {
+  const id = ctx.params[0]!
+  const path = `/workspaces/${encodeURIComponent(id)}`
+  const [ws, members, usage] = await Promise.all([
+    api<{ data: Workspace }>('GET', path, undefined, ctx.signal),
+    listAll<Member>(`${path}/members`, {}, ctx.signal),
+    // Usage needs admin; a lower role sees the rest of the page.
+    api<{ data: Usage }>('GET', `${path}/usage`, undefined, ctx.signal).catch((err: Error) => err),
+  ])
+  const w = ws.data
+  put(ctx.main,
+    h('p', { class: 'crumbs' }, link('#/workspaces', 'Workspaces'), ' / ', w.name),
+    h('h1', null, w.name),
+    facts([['ID', h('code', null, w.id)], ['Type', w.type], ['Status', badge(w.status)], ['Owner', w.owner_id], ['Description', w.description || '—'], ['Created', when(w.created_at)]]),
+    h('h2', null, 'Members'),
+    table('Members and their roles', ['User', 'Role', 'Owner', 'Since'], members.map((m) => [m.user_id, badge(m.role), m.is_owner ? 'yes' : '', when(m.created_at)])),
+    h('h2', null, 'Usage and budget'),
+    usage instanceof Error ? h('p', { class: 'error' }, usage.message) : usageView(usage.data),
+  )
+}
+
+function usageView(u: Usage): HTMLElement {
+  const b = u.budget
+  return h('section', { 'aria-label': 'Usage and budget' },
+    h('p', null, `From ${when(u.from)} to ${when(u.to)}`),
+    facts([
+      ['Calls', u.total.calls],
+      ['Tokens in / out', `${u.total.tokens_in} / ${u.total.tokens_out}`],
+      ['Credits used', u.total.credits],
+      ['Budget', b ? `${b.used} of ${b.credits} credits used this ${b.period} (${b.remaining} left)${b.hard_limit ? ', hard limit' : ''}` : 'none set'],
+      ['Alert thresholds', b?.thresholds.length ? b.thresholds.map((t) => `${t} %`).join(', ') : '—'],
+    ]),
+    b ? h('progress', { max: String(b.credits || 1), value: String(Math.min(b.used, b.credits)), 'aria-label': 'Budget used' }) : null,
+    table('Usage by model', ['Model', 'Calls', 'Tokens in', 'Tokens out', 'Credits'], u.by_model.map((m) => [m.model, m.calls, m.tokens_in, m.tokens_out, m.credits])),
+  )
+}

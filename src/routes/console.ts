@@ -1,0 +1,82 @@
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { Elysia } from 'elysia'
+import type { Deps } from '../deps'
+
+/**
+ * The management console (docs/console.md): a page at `<BASE_PATH>/console` whose script, built by
+ * Bun's bundler from src/console/ on first use, talks only to the public /v1 API with the API key the
+ * user signs in with. Mermaid is served from node_modules and loaded only by pages with a diagram.
+ */
+export const CONSOLE_CSP = [
+  "default-src 'none'",
+  "script-src 'self'",
+  // Mermaid writes <style> elements into the SVG diagrams it draws; no script may be inline.
+  "style-src 'self' 'unsafe-inline'",
+  "img-src 'self' data:",
+  "font-src 'self' data:",
+  "connect-src 'self'",
+  "base-uri 'none'",
+  "form-action 'none'",
+  "frame-ancestors 'none'",
+].join('; ')
+
+const ROOT = join(import.meta.dir, '..', 'console')
+const MERMAID = join(import.meta.dir, '..', '..', 'node_modules', 'mermaid', 'dist', 'mermaid.min.js')
+
+let bundle: Promise<string> | undefined
+/** The console's script, bundled once per process (~50 ms); a failed build is retried on the next request. */
+export function consoleBundle(): Promise<string> {
+  bundle ??= Bun.build({ entrypoints: [join(ROOT, 'main.ts')], target: 'browser', format: 'esm', minify: true })
+    .then(async (out) => {
+      if (!out.success || !out.outputs[0]) throw new AggregateError(out.logs, 'the console failed to build')
+      return out.outputs[0].text()
+    })
+    .catch((err) => {
+      bundle = undefined
+      throw err
+    })
+  return bundle
+}
+
+let mermaid: Blob | undefined
+let styles: string | undefined
+
+export function consoleRoutes(deps: Deps) {
+  const base = `${deps.config.basePath}/console`
+  // The page knows where the API is from a meta element: no inline script, whatever BASE_PATH is.
+  const page = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="api-base" content="${deps.config.basePath}/v1">
+<meta name="console-base" content="${base}">
+<title>Agent Platform console</title>
+<link rel="stylesheet" href="${base}/app.css">
+<script type="module" src="${base}/app.js"></script>
+</head>
+<body>
+<a class="skip" href="#main">Skip to content</a>
+<div id="app"><p class="loading">Loading the console…</p></div>
+<noscript>The console needs JavaScript.</noscript>
+</body>
+</html>
+`
+  const headers = (type: string, cache = 'no-cache') => ({ 'content-type': type, 'cache-control': cache })
+  const html = () => new Response(page, { headers: headers('text/html; charset=utf-8') })
+  const hide = { detail: { hide: true } }
+  return new Elysia({ name: 'routes.console' })
+    .get(base, html, hide)
+    .get(`${base}/`, html, hide)
+    .get(`${base}/app.js`, async () => new Response(await consoleBundle(), { headers: headers('text/javascript; charset=utf-8') }), hide)
+    .get(`${base}/app.css`, () => {
+      styles ??= readFileSync(join(ROOT, 'style.css'), 'utf8')
+      return new Response(styles, { headers: headers('text/css; charset=utf-8') })
+    }, hide)
+    .get(`${base}/vendor/mermaid.min.js`, () => {
+      mermaid ??= Bun.file(MERMAID)
+      // The file changes only with the installed package: a day in the browser's cache.
+      return new Response(mermaid, { headers: headers('text/javascript; charset=utf-8', 'public, max-age=86400') })
+    }, hide)
+}
