@@ -1,5 +1,8 @@
 import { CONSOLE_BASE, api } from './api'
 import { h, put } from './dom'
+import { highlighted, type Highlight } from './paths'
+
+export type { Highlight }
 
 export interface Machine {
   name: string
@@ -46,25 +49,6 @@ export function loadMachines(): Promise<Machine[]> {
   return machines
 }
 
-/** The Mermaid id of a state (src/machines/describe.ts: the path joined by `_`). */
-export const stateId = (name: string) => name.replaceAll('.', '_').replace(/[^A-Za-z0-9_]/g, '_')
-
-export interface Highlight {
-  /** The actor's current state. */
-  current: string
-  /** The states it went through before, oldest first (may repeat). */
-  path: string[]
-}
-
-/** The machine's own diagram, with the current state and the visited ones styled by appended classes. */
-export function highlighted(text: string, hl: Highlight): string {
-  const visited = [...new Set(hl.path.filter((s) => s !== hl.current))].map(stateId)
-  const lines = [text.trimEnd(), '  classDef visited fill:#dbeafe,stroke:#1d4ed8,stroke-width:2px', '  classDef current fill:#fde68a,stroke:#b45309,stroke-width:4px,font-weight:bold']
-  if (visited.length) lines.push(`  class ${visited.join(',')} visited`)
-  lines.push(`  class ${stateId(hl.current)} current`)
-  return lines.join('\n') + '\n'
-}
-
 let seq = 0
 /**
  * Draws `machine` into `figure`; with `hl`, the current state and the path so far are marked, and
@@ -73,7 +57,9 @@ let seq = 0
 export async function drawMachine(figure: HTMLElement, machine: Machine, hl?: Highlight): Promise<void> {
   figure.classList.add('diagram')
   figure.dataset.machine = machine.name
-  if (hl) {
+  // Set once the diagram is drawn (or failed to draw): the attributes tell what the figure shows.
+  const mark = () => {
+    if (!hl) return
     figure.dataset.currentState = hl.current
     figure.dataset.path = [...hl.path, hl.current].join(' ')
   }
@@ -94,6 +80,7 @@ export async function drawMachine(figure: HTMLElement, machine: Machine, hl?: Hi
   } catch (err) {
     put(canvas, h('span', { class: 'error', role: 'alert' }, `Diagram unavailable: ${(err as Error).message}`), h('pre', null, machine.mermaid))
   }
+  mark()
 }
 
 /** Draws the machine called `name` (from GET /v1/machines). */

@@ -46,13 +46,18 @@ const app = document.getElementById('app')!
 let current: AbortController | undefined
 let workspaces: Workspace[] = []
 
+/** Set while the sign-in form is shown: a 401 there is the form's own answer, not a lost session. */
+let signingIn = false
+
 setOnUnauthorized(() => {
+  if (signingIn) return
   session.key = null
   signIn('The API refused the key (401). Sign in again.')
 })
 
 function signIn(message?: string) {
   current?.abort()
+  signingIn = true
   const input = h('input', { type: 'password', name: 'api_key', autocomplete: 'off', required: true, spellcheck: 'false', placeholder: 'ap_…' })
   const status = h('p', { class: 'status', role: 'status' }, message ?? '')
   const form = h('form', { class: 'sign-in', 'aria-labelledby': 'sign-in-title' },
@@ -68,6 +73,7 @@ function signIn(message?: string) {
     put(status, 'Checking the key…')
     try {
       await api('GET', '/workspaces?limit=1')
+      signingIn = false
       await start()
     } catch (err) {
       session.key = null

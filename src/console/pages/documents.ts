@@ -1,6 +1,7 @@
 import { api, listAll, query } from '../api'
 import { every, type PageContext } from '../context'
-import { drawNamed, type Highlight } from '../diagram'
+import { drawNamed } from '../diagram'
+import { documentPath } from '../paths'
 import { action, badge, facts, field, h, link, pre, put, table, when } from '../dom'
 import { noWorkspace } from './shared'
 
@@ -170,16 +171,4 @@ async function findDocument(kbId: string, id: string, signal: AbortSignal): Prom
   const doc = list.find((d) => d.id === id)
   if (!doc) throw new Error(`document ${id} is not in this knowledge base`)
   return { ...doc, status: state.status, chunks_count: state.chunks_count, indexed_at: state.indexed_at }
-}
-
-/**
- * The document machine's path: ingestion goes uploading → parsing → chunking → embedding → ready.
- * A failed document's error code tells where it stopped when it can (parse errors in parsing).
- */
-export function documentPath(d: Pick<Doc, 'status' | 'error' | 'chunks_count'>): Highlight {
-  const order = ['uploading', 'parsing', 'chunking', 'embedding', 'ready']
-  if (d.status !== 'failed') return { current: d.status, path: order.slice(0, Math.max(0, order.indexOf(d.status))) }
-  const code = d.error?.code ?? ''
-  const stage = /upload|storage/.test(code) ? 'uploading' : /embed|index|model|credit|upstream/.test(code) ? 'embedding' : /chunk/.test(code) ? 'chunking' : 'parsing'
-  return { current: 'failed', path: order.slice(0, order.indexOf(stage) + 1) }
 }

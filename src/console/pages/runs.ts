@@ -1,6 +1,7 @@
 import { api, listAll, query, stream } from '../api'
 import { every, type PageContext } from '../context'
 import { drawNamed } from '../diagram'
+import { runPath } from '../paths'
 import { action, badge, facts, field, h, link, pre, put, table, when } from '../dom'
 import { noWorkspace } from './shared'
 
@@ -147,7 +148,7 @@ export async function runPage(ctx: PageContext) {
     )
     if (drawn !== run.status) {
       drawn = run.status
-      await drawNamed(figure, 'workflow-run', { current: run.status, path: run.status === 'running' ? [] : ['running'] })
+      await drawNamed(figure, 'workflow-run', runPath(run.status))
     }
   }
 

@@ -1,6 +1,7 @@
 import { api, listAll, query } from '../api'
 import { every, type PageContext } from '../context'
-import { drawNamed, type Highlight } from '../diagram'
+import { drawNamed } from '../diagram'
+import { deliveryPath } from '../paths'
 import { action, badge, facts, field, h, link, pre, put, table, when } from '../dom'
 import { noWorkspace } from './shared'
 
@@ -167,22 +168,6 @@ export async function deliveryPage(ctx: PageContext) {
     figure,
   )
   if (await show()) every(1000, ctx.signal, show)
-}
-
-/**
- * The delivery machine's path, from what the API shows: every attempt was a `sending`, each but the
- * last followed by `retrying` (a redelivery goes through `pending` again, which the attempts do not
- * tell apart from a retry).
- */
-export function deliveryPath(d: Delivery): Highlight {
-  const path = ['pending']
-  d.attempts.forEach((_, i) => {
-    path.push('sending')
-    if (i < d.attempts.length - 1) path.push('retrying')
-  })
-  const current = d.status
-  if (path.at(-1) === current) path.pop()
-  return { current, path }
 }
 
 function newSecret(): string {

@@ -1,0 +1,252 @@
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { existsSync } from 'node:fs'
+import { chromium, type Browser, type Page } from 'playwright-core'
+import { CHROMIUM, CHROMIUM_ARGS, CONSOLE_KEY, startConsoleWorld, XSS_NAME, type ConsoleWorld } from '../helpers/console'
+import { waitFor } from '../helpers/harness'
+import { killAll } from '../helpers/process'
+
+/**
+ * The console in a real browser: Debian's Chromium driven by Playwright against the service started as
+ * the README starts it. CI installs Chromium (.ci/run) and this file fails there without it; elsewhere
+ * a machine without /usr/bin/chromium skips it.
+ */
+const hasChromium = existsSync(CHROMIUM)
+if (!hasChromium && process.env.CI) throw new Error(`${CHROMIUM} is missing: .ci/run installs it (apt-get install chromium)`)
+
+describe.skipIf(!hasChromium)('console (Chromium)', () => {
+  let world: ConsoleWorld
+  let browser: Browser
+  let page: Page
+  /** Every script error and console error of the page, CSP violations included. */
+  const problems: string[] = []
+
+  beforeAll(async () => {
+    ;[world, browser] = await Promise.all([
+      startConsoleWorld(),
+      chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS }),
+    ])
+    page = await browser.newPage({ viewport: { width: 1366, height: 900 } })
+    page.setDefaultTimeout(15_000)
+    page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`))
+    page.on('console', (m) => {
+      if (m.type() === 'error' && !/favicon/.test(m.location().url)) problems.push(`console: ${m.text()}`)
+    })
+  }, 90_000)
+
+  afterAll(async () => {
+    await browser?.close()
+    await world?.close()
+    await killAll()
+  })
+
+  const open = (hash: string) => page.goto(`${world.service.url}/console${hash}`)
+  const diagram = () => page.locator('figure.diagram').first()
+
+  test('a wrong key is refused with the API\'s message; the right one signs in', async () => {
+    await open('')
+    await page.getByLabel('API key').fill('ap_wrongwrongwrongwrongwrongwrongwrongwron')
+    await page.getByRole('button', { name: 'Sign in' }).click()
+    expect(await page.getByRole('alert').textContent()).toContain('401')
+    // Enter in the field submits the form (keyboard only).
+    await page.getByLabel('API key').fill(CONSOLE_KEY)
+    await page.getByLabel('API key').press('Enter')
+    await page.getByRole('heading', { name: 'Workspaces' }).waitFor()
+    expect(await page.getByRole('link', { name: 'Acme support' }).count()).toBe(1)
+    // The key is in this tab's session storage, nowhere else.
+    expect(await page.evaluate(() => JSON.stringify(sessionStorage))).toContain(CONSOLE_KEY)
+    expect(await page.evaluate(() => JSON.stringify(localStorage) + document.cookie)).not.toContain(CONSOLE_KEY)
+    await page.getByLabel('Workspace').selectOption(world.workspaceId)
+    // The refused key's 401 was logged by the browser; from here on the pages must log no error.
+    expect(problems.every((p) => p.includes('401'))).toBe(true)
+    problems.length = 0
+  }, 30_000)
+
+  test('a workspace shows its members with their roles, usage and budget', async () => {
+    await open(`#/workspaces/${world.workspaceId}`)
+    const members = page.locator('table', { has: page.locator('caption', { hasText: 'Members' }) })
+    await members.waitFor()
+    expect(await members.locator('tbody tr').count()).toBe(3)
+    expect(await members.textContent()).toMatch(/dana.*developer/s)
+    expect(await page.locator('dl.facts').nth(1).textContent()).toContain('of 1000 credits used')
+  })
+
+  test('a failed delivery shows its attempts; Resend, once the receiver answers 200, succeeds', async () => {
+    await open(`#/webhooks/${world.webhookId}`)
+    await page.getByLabel('Delivery status').selectOption('failed')
+    const row = page.locator('tbody tr', { hasText: 'webhook.test' }).first()
+    expect(await row.textContent()).toContain('failed')
+    await row.getByRole('link', { name: 'webhook.test' }).click()
+    await page.getByRole('heading', { name: 'Attempts' }).waitFor()
+    const attempts = page.locator('table', { has: page.locator('caption', { hasText: 'Attempts' }) }).locator('tbody tr')
+    expect(await attempts.count()).toBe(2)
+    expect(await attempts.first().textContent()).toContain('500')
+    // The receiver's answer is shown as text, its markup included.
+    expect(await attempts.first().locator('pre').textContent()).toBe('{"error":"receiver says no <b>500</b>"}')
+    expect(await page.locator('main b').count()).toBe(0)
+    await waitFor(async () => (await diagram().getAttribute('data-current-state')) === 'failed', { what: 'the failed state highlighted' })
+
+    world.setReceiverStatus(200)
+    const hits = world.receiverHits()
+    await page.getByRole('button', { name: 'Resend' }).click()
+    await waitFor(async () => (await diagram().getAttribute('data-current-state')) === 'succeeded', { timeoutMs: 15_000, what: 'the delivery to succeed on the page' })
+    expect(await page.locator('.badge').filter({ hasText: 'succeeded' }).count()).toBeGreaterThan(0)
+    expect(await attempts.count()).toBe(3)
+    expect(await attempts.nth(2).textContent()).toContain('200')
+    expect(await page.getByRole('button', { name: 'Resend' }).count()).toBe(0)
+    expect(world.receiverHits()).toBe(hits + 1)
+    // The diagram marks the state reached, and the states passed through.
+    expect(await diagram().locator('svg g.current').count()).toBe(1)
+    expect(await diagram().locator('svg g.current').textContent()).toContain('succeeded')
+    expect(await diagram().locator('svg g.visited').count()).toBeGreaterThanOrEqual(2)
+    const api = await world.call('GET', `/v1/webhooks/${world.webhookId}/deliveries/${world.failedDeliveryId}`)
+    expect(api.body.data.status).toBe('succeeded')
+  }, 45_000)
+
+  test('Ping, Disable, Enable and Rotate secret act on the webhook', async () => {
+    await open(`#/webhooks/${world.webhookId}`)
+    const before = (await world.call('GET', `/v1/webhooks/${world.webhookId}/deliveries?limit=100`)).body.data.length
+    await page.getByRole('button', { name: 'Ping' }).click()
+    await page.getByText('A webhook.test delivery was queued.').waitFor()
+    expect((await world.call('GET', `/v1/webhooks/${world.webhookId}/deliveries?limit=100`)).body.data.length).toBe(before + 1)
+
+    await page.getByRole('button', { name: 'Disable' }).click()
+    await page.getByRole('button', { name: 'Enable' }).waitFor()
+    expect((await world.call('GET', `/v1/webhooks/${world.webhookId}`)).body.data.enabled).toBe(false)
+    await page.getByRole('button', { name: 'Enable' }).click()
+    await page.getByRole('button', { name: 'Disable' }).waitFor()
+    expect((await world.call('GET', `/v1/webhooks/${world.webhookId}`)).body.data.enabled).toBe(true)
+
+    page.once('dialog', (d) => d.accept())
+    await page.getByRole('button', { name: 'Rotate secret' }).click()
+    const secret = await page.locator('code.secret').textContent()
+    expect(secret).toMatch(/^whsec_[A-Za-z0-9_-]{43}$/)
+    const hook = (await world.call('GET', `/v1/webhooks/${world.webhookId}`)).body.data
+    expect(hook.previous_secret_expires_at).not.toBeNull()
+  }, 30_000)
+
+  test('a run with a wait node: started from the console, its state live, then cancelled', async () => {
+    await open(`#/workflows/${world.waitWorkflowId}`)
+    await page.getByText('Start a run').click()
+    await page.getByLabel('Inputs (JSON)').fill('{}')
+    await page.getByRole('button', { name: 'Start run' }).click()
+    await page.getByRole('heading', { name: /^Run run_/ }).waitFor()
+    const runId = (await page.getByRole('heading', { name: /^Run run_/ }).textContent())!.replace('Run ', '')
+    await waitFor(async () => (await diagram().getAttribute('data-current-state')) === 'running', { what: 'the running state highlighted' })
+    expect(await diagram().locator('svg g.current').textContent()).toContain('running')
+    // Live timeline from the event stream: the wait node started and is parked.
+    await page.locator('.timeline li', { hasText: 'cool_down' }).waitFor()
+    expect(await page.locator('.timeline li[data-event="node_end"]', { hasText: 'start' }).count()).toBe(1)
+
+    await page.getByRole('button', { name: 'Cancel' }).click()
+    await waitFor(async () => (await diagram().getAttribute('data-current-state')) === 'cancelled', { what: 'the highlight to move to cancelled' })
+    expect(await diagram().locator('svg g.current').textContent()).toContain('cancelled')
+    expect(await diagram().locator('svg g.visited').textContent()).toContain('running')
+    expect(await page.getByRole('button', { name: 'Cancel' }).count()).toBe(0)
+    expect((await world.call('GET', `/v1/runs/${runId}`)).body.data.status).toBe('cancelled')
+  }, 45_000)
+
+  test('runs are filtered by status and time', async () => {
+    await open(`#/workflows/${world.quickWorkflowId}`)
+    const runs = page.locator('table', { has: page.locator('caption', { hasText: 'Runs' }) })
+    await runs.waitFor()
+    expect(await runs.textContent()).toContain(world.completedRunId)
+    await page.getByLabel('Status').selectOption('failed')
+    await page.getByRole('button', { name: 'Filter' }).click()
+    await page.getByText('Runs, newest first: Nothing yet.').waitFor()
+    await page.getByLabel('Status').selectOption('completed')
+    await page.getByLabel('Started after').fill('2000-01-01T00:00')
+    await page.getByRole('button', { name: 'Filter' }).click()
+    await runs.waitFor()
+    expect(await runs.textContent()).toContain(world.completedRunId)
+    await page.getByLabel('Started after').fill('2999-01-01T00:00')
+    await page.getByRole('button', { name: 'Filter' }).click()
+    await page.getByText('Runs, newest first: Nothing yet.').waitFor()
+    // A finished run shows its stored timeline.
+    await open(`#/runs/${world.completedRunId}`)
+    await page.locator('.timeline li[data-event="node_end"]', { hasText: 'greet' }).waitFor()
+    await waitFor(async () => (await diagram().getAttribute('data-current-state')) === 'completed', { what: 'the completed state highlighted' })
+  }, 30_000)
+
+  test('a document name full of markup renders as text, in the list, the search results and its page', async () => {
+    await open(`#/knowledge-bases/${world.kbId}`)
+    const link = page.getByRole('link', { name: XSS_NAME })
+    await link.waitFor()
+    expect(await link.textContent()).toBe(XSS_NAME)
+    expect(await page.locator('main img').count()).toBe(0)
+
+    await page.getByLabel('Search query').fill('harmless body markup')
+    await page.getByRole('button', { name: 'Search', exact: true }).click()
+    const hit = page.locator('.results li', { hasText: 'harmless' }).first()
+    await hit.waitFor()
+    expect(await hit.locator('.content').textContent()).toContain('<script>window.__xss=2</script>')
+    expect(await hit.locator('.score').textContent()).toMatch(/^\d\.\d{3}$/)
+
+    await link.click()
+    await page.getByRole('heading', { name: 'Metadata' }).waitFor()
+    expect(await page.locator('dl.facts dd').first().textContent()).toBe(XSS_NAME)
+    expect(await page.locator('main img, main script').count()).toBe(0)
+    expect(await page.evaluate(() => (window as unknown as { __xss?: number }).__xss)).toBeUndefined()
+  }, 30_000)
+
+  test('Reparse sends a ready document through the machine again', async () => {
+    await open(`#/knowledge-bases/${world.kbId}/documents/${world.documentId}`)
+    await waitFor(async () => (await diagram().getAttribute('data-current-state')) === 'ready', { what: 'the ready state highlighted' })
+    expect(await diagram().getAttribute('data-path')).toBe('uploading parsing chunking embedding ready')
+    await page.getByRole('button', { name: 'Reparse' }).click()
+    await page.getByText('Reparse started.').waitFor()
+    await waitFor(async () => (await world.call('GET', `/v1/documents/${world.documentId}`)).body.status === 'ready', { timeoutMs: 20_000, what: 'the reparsed document to be ready' })
+    await waitFor(async () => (await diagram().getAttribute('data-current-state')) === 'ready', { what: 'the page to show it ready' })
+  }, 30_000)
+
+  test('the machines page draws every machine of /v1/machines', async () => {
+    await open('#/machines')
+    const names = (await world.call('GET', '/v1/machines')).body.data.map((m: { name: string }) => m.name)
+    expect(names.length).toBeGreaterThanOrEqual(3)
+    await waitFor(async () => (await page.locator('figure.diagram svg').count()) === names.length, { what: 'every diagram drawn' })
+    for (const name of names) expect(await page.locator(`figure[data-machine="${name}"] svg`).count()).toBe(1)
+  }, 30_000)
+
+  test('the agent chat panel streams the answer with its tool calls', async () => {
+    await open(`#/agents/${world.agentId}`)
+    await page.getByLabel('Message').fill('How long do refunds take?')
+    await page.getByLabel('Message').press('Enter')
+    await page.locator('.turn-meta', { hasText: 'credits' }).waitFor()
+    const turn = page.locator('.turn.assistant').last()
+    expect(await turn.locator('.answer').textContent()).toContain('5 business days')
+    expect(await turn.locator('summary', { hasText: 'Tool call: knowledge_search' }).count()).toBe(1)
+    const conversation = await page.locator('.conversation').textContent()
+    expect(conversation).toMatch(/^conv_/)
+    // The second turn continues the same conversation.
+    await page.getByLabel('Message').fill('And shipping?')
+    await page.getByRole('button', { name: 'Send' }).click()
+    await waitFor(async () => (await page.locator('.turn-meta', { hasText: 'credits' }).count()) === 2, { what: 'the second answer' })
+    const stored = await world.call('GET', `/v1/conversations/${conversation}`)
+    expect(stored.body.data.messages.length).toBe(4)
+  }, 30_000)
+
+  test('the Content-Security-Policy refuses inline script; nothing on the pages broke it', async () => {
+    const res = await fetch(`${world.service.url}/console`)
+    const csp = res.headers.get('content-security-policy')!
+    expect(csp).toContain("script-src 'self'")
+    expect(csp).toContain("default-src 'none'")
+    expect(csp).not.toMatch(/script-src[^;]*unsafe-inline/)
+    await open('#/machines')
+    const blocked = await page.evaluate(() => new Promise<boolean>((resolve) => {
+      document.addEventListener('securitypolicyviolation', () => resolve(true), { once: true })
+      const s = document.createElement('script')
+      s.textContent = 'window.__inline = 1'
+      document.head.append(s)
+      setTimeout(() => resolve(false), 1000)
+    }))
+    expect(blocked).toBe(true)
+    expect(await page.evaluate(() => (window as unknown as { __inline?: number }).__inline)).toBeUndefined()
+    expect(problems.filter((p) => !/Content Security Policy/.test(p))).toEqual([])
+  }, 20_000)
+
+  test('signing out forgets the key', async () => {
+    await open('#/workspaces')
+    await page.getByRole('button', { name: 'Sign out' }).click()
+    await page.getByLabel('API key').waitFor()
+    expect(await page.evaluate(() => JSON.stringify(sessionStorage))).not.toContain(CONSOLE_KEY)
+  })
+})
