@@ -53,6 +53,7 @@ export function consoleRoutes(deps: Deps) {
 <meta name="api-base" content="${deps.config.basePath}/v1">
 <meta name="console-base" content="${base}">
 <title>Agent Platform console</title>
+<link rel="icon" href="data:,">
 <link rel="stylesheet" href="${base}/app.css">
 <script type="module" src="${base}/app.js"></script>
 </head>

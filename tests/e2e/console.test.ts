@@ -54,7 +54,7 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
     expect(await page.getByRole('link', { name: 'Acme support' }).count()).toBe(1)
     // The key is in this tab's session storage, nowhere else.
     expect(await page.evaluate(() => JSON.stringify(sessionStorage))).toContain(CONSOLE_KEY)
-    expect(await page.evaluate(() => JSON.stringify(localStorage) + document.cookie)).not.toContain(CONSOLE_KEY)
+    expect(await page.evaluate<string>('JSON.stringify(localStorage) + document.cookie')).not.toContain(CONSOLE_KEY)
     await page.getByLabel('Workspace').selectOption(world.workspaceId)
     // The refused key's 401 was logged by the browser; from here on the pages must log no error.
     expect(problems.every((p) => p.includes('401'))).toBe(true)
@@ -185,7 +185,7 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
     await page.getByRole('heading', { name: 'Metadata' }).waitFor()
     expect(await page.locator('dl.facts dd').first().textContent()).toBe(XSS_NAME)
     expect(await page.locator('main img, main script').count()).toBe(0)
-    expect(await page.evaluate(() => (window as unknown as { __xss?: number }).__xss)).toBeUndefined()
+    expect(await page.evaluate<number | undefined>('window.__xss')).toBeUndefined()
   }, 30_000)
 
   test('Reparse sends a ready document through the machine again', async () => {
@@ -231,15 +231,16 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
     expect(csp).toContain("default-src 'none'")
     expect(csp).not.toMatch(/script-src[^;]*unsafe-inline/)
     await open('#/machines')
-    const blocked = await page.evaluate(() => new Promise<boolean>((resolve) => {
+    // Run in the page (a string: the test's own TypeScript has no DOM types).
+    const blocked = await page.evaluate<boolean>(`new Promise((resolve) => {
       document.addEventListener('securitypolicyviolation', () => resolve(true), { once: true })
       const s = document.createElement('script')
       s.textContent = 'window.__inline = 1'
       document.head.append(s)
       setTimeout(() => resolve(false), 1000)
-    }))
+    })`)
     expect(blocked).toBe(true)
-    expect(await page.evaluate(() => (window as unknown as { __inline?: number }).__inline)).toBeUndefined()
+    expect(await page.evaluate<number | undefined>('window.__inline')).toBeUndefined()
     expect(problems.filter((p) => !/Content Security Policy/.test(p))).toEqual([])
   }, 20_000)
 
