@@ -39,6 +39,7 @@ const documentation = {
     { name: 'knowledge', description: 'Knowledge bases, document uploads and their ingestion, search (docs/knowledge.md)' },
     { name: 'usage', description: 'Credits used and budgets' },
     { name: 'operations', description: 'Health, readiness and metrics (no authentication)' },
+    { name: 'console', description: 'The management console\'s page and assets (docs/console.md); the console itself calls the API above' },
   ],
 }
 

@@ -66,18 +66,22 @@ export function consoleRoutes(deps: Deps) {
 `
   const headers = (type: string, cache = 'no-cache') => ({ 'content-type': type, 'cache-control': cache })
   const html = () => new Response(page, { headers: headers('text/html; charset=utf-8') })
-  const hide = { detail: { hide: true } }
+  // Documented like /metrics: no authentication (the page signs in to the API itself), not JSON.
+  const doc = (summary: string, type: string) => ({
+    detail: { tags: ['console'], summary, security: [], responses: { 200: { description: summary, content: { [type]: { schema: { type: 'string' } } } } } },
+  })
+  const page200 = doc('The console\'s page (docs/console.md): sign in with an API key', 'text/html')
   return new Elysia({ name: 'routes.console' })
-    .get(base, html, hide)
-    .get(`${base}/`, html, hide)
-    .get(`${base}/app.js`, async () => new Response(await consoleBundle(), { headers: headers('text/javascript; charset=utf-8') }), hide)
+    .get(base, html, page200)
+    .get(`${base}/`, html, page200)
+    .get(`${base}/app.js`, async () => new Response(await consoleBundle(), { headers: headers('text/javascript; charset=utf-8') }), doc('The console\'s script, bundled from src/console by Bun', 'text/javascript'))
     .get(`${base}/app.css`, () => {
       styles ??= readFileSync(join(ROOT, 'style.css'), 'utf8')
       return new Response(styles, { headers: headers('text/css; charset=utf-8') })
-    }, hide)
+    }, doc('The console\'s stylesheet', 'text/css'))
     .get(`${base}/vendor/mermaid.min.js`, () => {
       mermaid ??= Bun.file(MERMAID)
       // The file changes only with the installed package: a day in the browser's cache.
       return new Response(mermaid, { headers: headers('text/javascript; charset=utf-8', 'public, max-age=86400') })
-    }, hide)
+    }, doc('Mermaid, from node_modules, for the console\'s state diagrams', 'text/javascript'))
 }

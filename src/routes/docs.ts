@@ -9,7 +9,8 @@ export function docsRoutes(documentation: Record<string, unknown>) {
   return openapi({
     path: '/docs',
     specPath: '/docs/json',
-    exclude: { paths: ['/docs', '/docs/json'] },
+    // staticFile: false, or the console's assets (paths with a dot) would be left out silently.
+    exclude: { paths: ['/docs', '/docs/json'], staticFile: false },
     documentation: documentation as never,
     // Absolute, so the page also works when opened as /docs/ (the default is relative).
     scalar: { url: '/docs/json' } as never,
