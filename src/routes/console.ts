@@ -68,7 +68,7 @@ export function consoleRoutes(deps: Deps) {
   const html = () => new Response(page, { headers: headers('text/html; charset=utf-8') })
   // Documented like /metrics: no authentication (the page signs in to the API itself), not JSON.
   const doc = (summary: string, type: string) => ({
-    detail: { tags: ['console'], summary, security: [], responses: { 200: { description: summary, content: { [type]: { schema: { type: 'string' } } } } } },
+    detail: { tags: ['console'], summary, security: [], responses: { 200: { description: summary, content: { [type]: { schema: { type: 'string' as const } } } } } },
   })
   const page200 = doc('The console\'s page (docs/console.md): sign in with an API key', 'text/html')
   return new Elysia({ name: 'routes.console' })
