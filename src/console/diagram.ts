@@ -93,3 +93,21 @@ export async function drawNamed(figure: HTMLElement, name: string, hl?: Highligh
   }
   await drawMachine(figure, machine, hl)
 }
+
+/**
+ * A figure for one actor's machine, redrawn only when its highlight changes (pages refresh every
+ * second while the actor moves; Mermaid takes tens of ms per drawing).
+ */
+export function actorDiagram(machine: string): { figure: HTMLElement; show(hl: Highlight): Promise<void> } {
+  const figure = h('figure')
+  let drawn = ''
+  return {
+    figure,
+    async show(hl) {
+      const key = `${hl.current}|${hl.path.join(' ')}`
+      if (key === drawn) return
+      drawn = key
+      await drawNamed(figure, machine, hl)
+    },
+  }
+}

@@ -1,6 +1,6 @@
 import { api, listAll, query } from '../api'
 import { every, type PageContext } from '../context'
-import { drawNamed } from '../diagram'
+import { actorDiagram } from '../diagram'
 import { documentPath } from '../paths'
 import { action, badge, facts, field, h, link, pre, put, table, when } from '../dom'
 import { noWorkspace } from './shared'
@@ -122,10 +122,11 @@ export async function documentPage(ctx: PageContext) {
   const [kbId, id] = ctx.params as [string, string]
   const status = h('div', { class: 'status', role: 'status' })
   const body = h('div', { 'aria-live': 'polite' })
-  const figure = h('figure')
-  let drawn = ''
+  const diagram = actorDiagram('document')
+  let known: Doc | undefined
   const show = async () => {
-    const d = await findDocument(kbId, id, ctx.signal)
+    const d = await findDocument(kbId, id, known, ctx.signal)
+    known = d
     put(body,
       facts([
         ['Name', d.name], ['Status', badge(d.status)], ['Type', d.type], ['Group', d.group ?? '—'], ['Size', `${d.size_bytes} bytes`],
@@ -144,11 +145,7 @@ export async function documentPage(ctx: PageContext) {
       h('h2', null, 'Metadata'),
       pre(d.metadata),
     )
-    const hl = documentPath(d)
-    if (drawn !== hl.current) {
-      drawn = hl.current
-      await drawNamed(figure, 'document', hl)
-    }
+    await diagram.show(documentPath(d))
     return IN_FLIGHT.has(d.status)
   }
   put(ctx.main,
@@ -157,17 +154,19 @@ export async function documentPage(ctx: PageContext) {
     status,
     body,
     h('h2', null, 'State machine'),
-    figure,
+    diagram.figure,
   )
   if (await show()) every(1000, ctx.signal, show)
 }
 
-/** GET /v1/documents/{id} answers spec 4.4's status shape only: the rest comes from the base's list. */
-async function findDocument(kbId: string, id: string, signal: AbortSignal): Promise<Doc> {
-  const [state, list] = await Promise.all([
-    api<{ id: string; status: string; chunks_count: number; indexed_at: string | null }>('GET', `/documents/${encodeURIComponent(id)}`, undefined, signal),
-    listAll<Doc>(`/knowledge-bases/${encodeURIComponent(kbId)}/documents`, {}, signal, 2000),
-  ])
+/**
+ * GET /v1/documents/{id} answers spec 4.4's status shape only: the name, metadata and error come
+ * from the base's list, read again only when the status moved (a failure brings its error).
+ */
+async function findDocument(kbId: string, id: string, known: Doc | undefined, signal: AbortSignal): Promise<Doc> {
+  const state = await api<{ id: string; status: string; chunks_count: number; indexed_at: string | null }>('GET', `/documents/${encodeURIComponent(id)}`, undefined, signal)
+  if (known && known.status === state.status) return { ...known, chunks_count: state.chunks_count, indexed_at: state.indexed_at }
+  const list = await listAll<Doc>(`/knowledge-bases/${encodeURIComponent(kbId)}/documents`, {}, signal, 2000)
   const doc = list.find((d) => d.id === id)
   if (!doc) throw new Error(`document ${id} is not in this knowledge base`)
   return { ...doc, status: state.status, chunks_count: state.chunks_count, indexed_at: state.indexed_at }

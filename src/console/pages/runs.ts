@@ -1,6 +1,6 @@
 import { api, listAll, query, stream } from '../api'
 import { every, type PageContext } from '../context'
-import { drawNamed } from '../diagram'
+import { actorDiagram } from '../diagram'
 import { runPath } from '../paths'
 import { action, badge, facts, field, h, link, pre, put, table, when } from '../dom'
 import { noWorkspace } from './shared'
@@ -117,11 +117,10 @@ export async function runPage(ctx: PageContext) {
   const path = `/runs/${encodeURIComponent(id)}`
   const status = h('div', { class: 'status', role: 'status' })
   const info = h('div', { 'aria-live': 'polite' })
-  const figure = h('figure')
+  const diagram = actorDiagram('workflow-run')
   const timeline = h('ol', { class: 'timeline', 'aria-label': 'Run events' })
   const started = new Map<string, number>()
   let run: Run
-  let drawn = ''
 
   const showRun = async () => {
     run = (await api<{ data: Run }>('GET', path, undefined, ctx.signal)).data
@@ -146,10 +145,7 @@ export async function runPage(ctx: PageContext) {
       ),
       h('details', null, h('summary', null, 'Inputs and outputs'), h('h3', null, 'Inputs'), pre(run.inputs), h('h3', null, 'Outputs'), pre(run.outputs)),
     )
-    if (drawn !== run.status) {
-      drawn = run.status
-      await drawNamed(figure, 'workflow-run', runPath(run.status))
-    }
+    await diagram.show(runPath(run.status))
   }
 
   const addEvent = (e: { seq?: number; event: string; data: Record<string, unknown>; created_at?: string }) => {
@@ -174,7 +170,7 @@ export async function runPage(ctx: PageContext) {
     info,
     h('div', { class: 'two' },
       h('section', { 'aria-labelledby': 'tl' }, h('h2', { id: 'tl' }, 'Event timeline'), timeline),
-      h('section', { 'aria-labelledby': 'sm' }, h('h2', { id: 'sm' }, 'State machine'), figure),
+      h('section', { 'aria-labelledby': 'sm' }, h('h2', { id: 'sm' }, 'State machine'), diagram.figure),
     ),
   )
   if (run!.status !== 'running') {

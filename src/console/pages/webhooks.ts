@@ -1,6 +1,6 @@
 import { api, listAll, query } from '../api'
 import { every, type PageContext } from '../context'
-import { drawNamed } from '../diagram'
+import { actorDiagram } from '../diagram'
 import { deliveryPath } from '../paths'
 import { action, badge, facts, field, h, link, pre, put, table, when } from '../dom'
 import { noWorkspace } from './shared'
@@ -129,8 +129,7 @@ export async function deliveryPage(ctx: PageContext) {
   const path = `/webhooks/${encodeURIComponent(hookId)}/deliveries/${encodeURIComponent(id)}`
   const status = h('div', { class: 'status', role: 'status' })
   const body = h('div', { 'aria-live': 'polite' })
-  const figure = h('figure')
-  let shown = ''
+  const diagram = actorDiagram('webhook-delivery')
   const show = async () => {
     const d = (await api<{ data: Delivery }>('GET', path, undefined, ctx.signal)).data
     put(body,
@@ -151,12 +150,7 @@ export async function deliveryPage(ctx: PageContext) {
       h('h2', null, 'Payload'),
       pre(d.data),
     )
-    const hl = deliveryPath(d)
-    const key = `${hl.current}|${hl.path.join()}`
-    if (key !== shown) {
-      shown = key
-      await drawNamed(figure, 'webhook-delivery', hl)
-    }
+    await diagram.show(deliveryPath(d))
     return d.status === 'pending' || d.status === 'retrying'
   }
   put(ctx.main,
@@ -165,7 +159,7 @@ export async function deliveryPage(ctx: PageContext) {
     status,
     body,
     h('h2', null, 'State machine'),
-    figure,
+    diagram.figure,
   )
   if (await show()) every(1000, ctx.signal, show)
 }
