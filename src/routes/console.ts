@@ -5,8 +5,9 @@ import type { Deps } from '../deps'
 
 /**
  * The management console (docs/console.md): a page at `<BASE_PATH>/console` whose script, built by
- * Bun's bundler from src/console/ on first use, talks only to the public /v1 API with the API key the
- * user signs in with. Mermaid is served from node_modules and loaded only by pages with a diagram.
+ * Bun's bundler from src/console/ at start-up (main.ts), talks only to the public /v1 API with the API
+ * key the user signs in with. Mermaid is served from node_modules and loaded only by pages with a
+ * diagram.
  */
 export const CONSOLE_CSP = [
   "default-src 'none'",
@@ -25,7 +26,7 @@ const ROOT = join(import.meta.dir, '..', 'console')
 const MERMAID = join(import.meta.dir, '..', '..', 'node_modules', 'mermaid', 'dist', 'mermaid.min.js')
 
 let bundle: Promise<string> | undefined
-/** The console's script, bundled once per process (~50 ms); a failed build is retried on the next request. */
+/** The console's script, bundled once per process (~15 ms here); a failed build is retried on the next request. */
 export function consoleBundle(): Promise<string> {
   bundle ??= Bun.build({ entrypoints: [join(ROOT, 'main.ts')], target: 'browser', format: 'esm', minify: true })
     .then(async (out) => {
