@@ -141,7 +141,12 @@ export function runRoutes(deps: Deps) {
       return { request_id: requestId, ...toPage(await runsDomain.listRuns(deps, caller, params.id, q), q, toRun) }
     }, {
       params: t.Object({ id: Id('wf', 'Workflow id') }),
-      query: ListQuery('created_at, finished_at', { status: t.Optional(t.String({ description: 'running, completed, failed or cancelled; status_in for several' })) }),
+      query: ListQuery('created_at, finished_at', {
+        status: t.Optional(t.String({ description: 'running, completed, failed or cancelled; status_in for several' })),
+        created_at_after: t.Optional(t.String({ description: 'Started after this time (ISO 8601)' })),
+        created_at_before: t.Optional(t.String({ description: 'Started before this time (ISO 8601)' })),
+        user_id: t.Optional(t.String({ description: 'Only runs triggered for exactly this user_id; user_id_in=a,b for several' })),
+      }),
       response: { 200: ListOf(Run), ...errors(404) },
       detail: { tags, summary: 'List a workflow\'s runs' },
     })

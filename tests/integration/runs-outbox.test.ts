@@ -74,6 +74,32 @@ describe('outbox, lists, roles, webhooks', () => {
     expect(oldest.body.data[0].run_id).toBe(ids[0])
   })
 
+  test('runs list: time and user_id filters (the console filters runs by start time)', async () => {
+    const list = await env.workflow(chain(start([]), end({})))
+    const first = (await env.trigger(list)).body.run_id as string
+    const between = (await env.runOf(first)).created_at as string
+    await Bun.sleep(5)
+    const second = (await env.trigger(list)).body.run_id as string
+    const get = async (q: string) => {
+      const res = await env.h.call('GET', `/v1/workflows/${list}/runs?${q}`, { key: env.owner })
+      expect(res.status).toBe(200)
+      return res.body.data.map((r: any) => r.run_id)
+    }
+    expect(await get(`created_at_after=${encodeURIComponent(between)}`)).toEqual([second])
+    expect(await get(`created_at_before=${encodeURIComponent(new Date(Date.parse(between) + 1).toISOString())}`)).toEqual([first])
+    expect(await get('created_at_after=2999-01-01T00:00:00.000Z')).toEqual([])
+    const bad = await env.h.call('GET', `/v1/workflows/${list}/runs?created_at_after=yesterday`, { key: env.owner })
+    expect(bad.status).toBe(400)
+    expect(bad.body.error.param).toBe('created_at_after')
+    const users = new Set((await env.h.call('GET', `/v1/workflows/${list}/runs`, { key: env.owner })).body.data.map((r: any) => r.user_id))
+    expect(users.size).toBe(1)
+    const [user] = [...users] as [string]
+    // Runs triggered without a user_id carry the caller's.
+    expect(typeof user).toBe('string')
+    expect(await get(`user_id=${encodeURIComponent(user)}`)).toEqual([second, first])
+    expect(await get('user_id=nobody-at-all')).toEqual([])
+  })
+
   test('roles: a readonly member reads runs but may not trigger or cancel (403); a non-member gets 404', async () => {
     const ok = await env.trigger(wf)
     const runId = ok.body.run_id
