@@ -29,7 +29,7 @@ const Usage = t.Object({
 })
 const BudgetBody = t.Object(
   {
-    credits: t.Number({ exclusiveMinimum: 0, maximum: 1e12, description: 'Credits per period' }),
+    credits: t.Number({ minimum: 0.000001, maximum: 1e12, description: 'Credits per period (credits are kept to 6 decimal places: at least 0.000001)' }),
     period: t.Literal('month'),
     thresholds: t.Array(t.Integer({ minimum: 1, maximum: 1000 }), { maxItems: 20, description: 'Percents of the budget; each emits credit.budget.threshold once per period' }),
     hard_limit: t.Boolean({ description: 'true: calls answer 402 budget_exceeded once the budget is used up' }),

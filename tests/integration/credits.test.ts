@@ -269,6 +269,9 @@ describe('PUT /v1/workspaces/:id/budget', () => {
     const cases: [string, Record<string, unknown>, string][] = [
       ['credits 0', { ...good, credits: 0 }, 'credits'],
       ['credits negative', { ...good, credits: -5 }, 'credits'],
+      // Credits are kept to 6 decimals: a smaller positive amount would be stored as 0 (found by the fuzz test).
+      ['credits below 0.000001', { ...good, credits: 1.2e-123 }, 'credits'],
+      ['credits 0.0000009', { ...good, credits: 0.0000009 }, 'credits'],
       ['period week', { ...good, period: 'week' }, 'period'],
       ['unknown field', { ...good, currency: 'EUR' }, 'currency'],
       ['no hard_limit', { credits: 10, period: 'month', thresholds: [50] }, 'hard_limit'],
@@ -280,6 +283,7 @@ describe('PUT /v1/workspaces/:id/budget', () => {
       expect([name, res.status, res.body.error?.code, res.body.error?.param]).toEqual([name, 400, 'validation_error', param])
     }
     expect(await h.deps.db.sql`select 1 from workspace_budgets where workspace_id = ${ws}`).toHaveLength(0)
+    expect((await putBudget(ws, { ...good, credits: 0.000001 })).status).toBe(200)
   })
 })
 
