@@ -193,6 +193,17 @@ test.each(rows.map((row) => [row.what, row] as const))('%s', async (_what, row) 
   }
 })
 
+test('U+0000 in a query parameter is a 400 naming it, on every kind of route (found by the fuzz test)', async () => {
+  for (const path of [`/v1/webhooks?workspace_id=%00`, `/v1/workspaces?name=a%00b`, `/v1/workspaces/${seed}/members?sort=%00`, `/v1/models?x%00y=1`]) {
+    const res = await h.call('GET', path, { key: alice })
+    expect([path, res.status, res.body.error?.code]).toEqual([path, 400, 'validation_error'])
+    expect(res.body.error.param).toMatch(/^query\./)
+  }
+  const res = await h.call('GET', '/v1/webhooks?workspace_id=%00', { key: alice })
+  expect(res.body.error.param).toBe('query.workspace_id')
+  expect(res.body.error.message).toBe('query.workspace_id: must not contain U+0000')
+})
+
 test('afterwards: every table is intact and the earlier data is unchanged', async () => {
   expect(answers.length).toBe(rows.length)
   const [tables] = await h.deps.db.sql<{ w: string | null; m: string | null; k: string | null }[]>`

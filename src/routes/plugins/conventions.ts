@@ -102,6 +102,9 @@ export function conventions(deps: Deps) {
         const limit = form ? config.maxUploadBytes + 65_536 : config.maxJsonBytes
         if (length > limit) throw tooLarge(limit)
       }
+      // Postgres text cannot hold U+0000: a query parameter carrying one is the client's error (400
+      // naming it), not a failed statement. Only an escape can put it in a URL.
+      if (request.url.includes('%00')) refuseNulInQuery(request.url)
       if (state.path.startsWith(apiPrefix)) await authenticateRequest(deps, request, state, set)
     })
     .onParse({ as: 'global' }, async ({ request, contentType }) => {
@@ -190,6 +193,16 @@ function refuseUnstorable(value: unknown, path: string): void {
     for (const [k, v] of Object.entries(value)) {
       refuseUnstorable(k, path)
       refuseUnstorable(v, path ? `${path}.${k}` : k)
+    }
+  }
+}
+
+function refuseNulInQuery(url: string): void {
+  for (const [name, value] of new URL(url).searchParams) {
+    if (name.includes('\u0000') || value.includes('\u0000')) {
+      const param = `query.${name.replaceAll('\u0000', '')}`
+      const message = 'must not contain U+0000'
+      throw new AppError('validation_error', `${param}: ${message}`, { param, details: [{ path: param, message }] })
     }
   }
 }
