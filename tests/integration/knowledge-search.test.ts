@@ -89,6 +89,14 @@ describe('results', () => {
     expect(results.at(-1)!.score).toBeLessThan(1)
   })
 
+  test.each(['vector', 'hybrid', 'fulltext'] as const)('%s: a query local-embed maps to the zero vector (only punctuation) answers 200 and no results', async (mode) => {
+    // Found by the fuzz test: every cosine distance to a zero vector is NaN, which left score null
+    // and failed the response schema (500) in vector and hybrid mode.
+    const res = await h.call('POST', `/v1/knowledge-bases/${bases[mode]}/search`, { body: { query: '{} ![ ?!' } })
+    expect(res.status).toBe(200)
+    expect(res.body.results).toEqual([])
+  })
+
   test('top_k: default 5, 1, and more than there are chunks', async () => {
     expect((await search(bases.vector, { query: 'refund' })).length).toBe(5)
     expect((await search(bases.vector, { query: 'refund', top_k: 1 })).length).toBe(1)

@@ -46,7 +46,8 @@ export function checkFilters(filters: unknown): Record<string, unknown> {
 }
 
 /** Cosine similarity in [0, 1] (CONTRACT 8): 1 − distance, negative similarity counted as none. */
-const similarity = (distance: number) => Math.min(1, Math.max(0, 1 - distance))
+/** Cosine similarity from pgvector's distance; a query with no direction (a zero vector) has none: 0. */
+const similarity = (distance: number) => (Number.isFinite(distance) ? Math.min(1, Math.max(0, 1 - distance)) : 0)
 
 /**
  * Searches one base (spec 4.4): the query is embedded with the base's model, then vector, full-text
@@ -73,13 +74,16 @@ export async function searchBase(deps: Deps, kb: store.KnowledgeBaseRow, input: 
   // A rerank looks at a wider pool than it returns: what the first stage ranked low may be the answer.
   const pool = input.rerank ? Math.min(MAX_TOP_K, Math.max(topK * 4, 20)) : topK
   const scope = { kbId: kb.id, dims: kb.dimensions, vector: `[${vector.join(',')}]`, filters, limit: pool }
+  // A query the model maps to the zero vector (only punctuation, say, for local-embed) has no
+  // direction: every cosine distance is NaN and the index walk's order is noise. No vector hits then.
+  const directionless = vector.every((x) => x === 0)
   const hits = await store.searchTransaction(deps.db.sql, scope.limit, async (tx) => {
     if (kb.retrieval_mode === 'fulltext') return store.fulltextSearch(tx, { ...scope, text: query })
-    if (kb.retrieval_mode === 'vector') return nearest(tx, scope)
+    if (kb.retrieval_mode === 'vector') return directionless ? [] : nearest(tx, scope)
     // Hybrid: each list a little deeper than asked, fused by rank; full text first (it needs a sort).
     const deeper = { ...scope, limit: Math.min(MAX_TOP_K, Math.max(pool * 2, 20)) }
     const byText = await store.fulltextSearch(tx, { ...deeper, text: query })
-    return fuse([await nearest(tx, deeper), byText]).slice(0, pool)
+    return fuse([directionless ? [] : await nearest(tx, deeper), byText]).slice(0, pool)
   })
   if (!input.rerank || hits.length === 0) return hits.slice(0, topK).map((h) => toResult(h, similarity(h.distance)))
   const reranker = deps.models.model(kb.rerank_model, 'rerank')
