@@ -2,6 +2,7 @@ import { Elysia, ValidationError } from 'elysia'
 import type { Deps } from '../../deps'
 import { AppError, errorBody, type ErrorDetail } from '../../lib/errors'
 import { newId } from '../../lib/ids'
+import { RedisUnavailableError } from '../../store/redis'
 import { CONSOLE_CSP } from '../console'
 import { authenticateRequest } from './auth'
 import { completeIdempotency } from './idempotency'
@@ -143,7 +144,11 @@ export function conventions(deps: Deps) {
       } else if (code === 'VALIDATION') err = fromValidation(error as ValidationError)
       else if (code === 'NOT_FOUND') err = new AppError('not_found', `no route ${request.method} ${stateOf(request).path}`)
       else if (code === 'INVALID_COOKIE_SIGNATURE' || code === 'INVALID_FILE_TYPE') err = new AppError('validation_error', String((error as Error).message))
-      else {
+      else if (unreachable(error)) {
+        // Redis or the database cannot be reached: the client should retry; nothing was lost.
+        log.warn({ request_id: stateOf(request).id, err: (error as Error).message }, 'a dependency is unreachable')
+        err = new AppError('unavailable', `${unreachable(error)} is unreachable; retry in a few seconds`, { headers: { 'retry-after': '5' } })
+      } else {
         log.error({ request_id: stateOf(request).id, err: error }, 'unhandled error')
         err = new AppError('internal_error', 'internal error; quote the request_id when reporting it')
       }
@@ -195,6 +200,22 @@ function refuseUnstorable(value: unknown, path: string): void {
       refuseUnstorable(v, path ? `${path}.${k}` : k)
     }
   }
+}
+
+/** postgres.js's codes for a connection that failed or went away (its errors carry no class to test). */
+const CONNECTION_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECT_TIMEOUT'])
+
+/**
+ * Which dependency an error says is unreachable, if any: Redis (RedisUnavailableError), or the
+ * database: a failed or lost connection, or a server shutting down or refusing connections (SQLSTATE
+ * class 08, 57P01-57P03).
+ */
+function unreachable(error: unknown): 'Redis' | 'the database' | null {
+  if (error instanceof RedisUnavailableError) return 'Redis'
+  const code = (error as { code?: unknown })?.code
+  if (typeof code !== 'string') return null
+  if (CONNECTION_CODES.has(code) || code.startsWith('08') || /^57P0[1-3]$/.test(code)) return 'the database'
+  return null
 }
 
 function refuseNulInQuery(url: string): void {

@@ -1,5 +1,5 @@
-import Redis from 'ioredis'
-import type { DueTimer, RedisPort, TakeResult, TokenBucket, Unsubscribe } from './port'
+import Redis, { ReplyError } from 'ioredis'
+import { RedisUnavailableError, type DueTimer, type RedisPort, type TakeResult, type TokenBucket, type Unsubscribe } from './port'
 
 // Token bucket in one round trip. The clock is Redis' own (TIME), so several processes whose clocks
 // drift still share one bucket fairly.
@@ -48,6 +48,17 @@ type Scripted = Redis & {
   apClaim(zset: string, hash: string, now: number, limit: number, lease: number): Promise<string[]>
 }
 
+const COMMAND_TIMEOUT_MS = 2000
+
+/** A failed command: Redis's own error replies pass through; anything else means it was not reached. */
+function unreachable(err: unknown): never {
+  if (err instanceof ReplyError) throw err
+  throw new RedisUnavailableError(err)
+}
+
+/** The client's states once a connection was lost: no command is queued then, it fails at once. */
+const LOST = new Set(['reconnecting', 'close', 'end'])
+
 export class IoRedis implements RedisPort {
   readonly kind = 'redis' as const
   private client: Scripted
@@ -56,7 +67,16 @@ export class IoRedis implements RedisPort {
 
   /** `prefix` namespaces every key and channel (tests give each file its own). */
   constructor(url: string, private readonly prefix = 'ap:') {
-    const client = new Redis(url, { keyPrefix: prefix, maxRetriesPerRequest: 2, enableAutoPipelining: true })
+    // A command waits at most COMMAND_TIMEOUT_MS (a Redis that hangs); while disconnected, it waits for
+    // two reconnection attempts at most, which come every 500 ms at the slowest (ioredis' default
+    // backs off to 2 s: a request waited ~4 s for its 503).
+    const client = new Redis(url, {
+      keyPrefix: prefix,
+      maxRetriesPerRequest: 2,
+      enableAutoPipelining: true,
+      commandTimeout: COMMAND_TIMEOUT_MS,
+      retryStrategy: (times) => Math.min(times * 50, 500),
+    })
     client.defineCommand('apTake', { numberOfKeys: 1, lua: TAKE })
     client.defineCommand('apClaim', { numberOfKeys: 2, lua: CLAIM })
     // Errors surface on the commands themselves (and /readyz); without a listener ioredis logs each one.
@@ -64,28 +84,38 @@ export class IoRedis implements RedisPort {
     this.client = client as Scripted
   }
 
+  /**
+   * Runs one command. While the connection is lost, fails at once instead of waiting in ioredis'
+   * offline queue (a request would wait for two reconnection attempts per command, seconds in all);
+   * while it first connects, commands wait for it.
+   */
+  private run<T>(command: () => Promise<T>): Promise<T> {
+    if (LOST.has(this.client.status)) return Promise.reject(new RedisUnavailableError(new Error(`connection ${this.client.status}`)))
+    return command().catch(unreachable)
+  }
+
   async setIfAbsent(key: string, value: string, ttlMs: number) {
-    return (await this.client.set(key, value, 'PX', ttlMs, 'NX')) === 'OK'
+    return (await this.run(() => this.client.set(key, value, 'PX', ttlMs, 'NX'))) === 'OK'
   }
 
   get(key: string) {
-    return this.client.get(key)
+    return this.run(() => this.client.get(key))
   }
 
   async set(key: string, value: string, ttlMs: number) {
-    await this.client.set(key, value, 'PX', ttlMs)
+    await this.run(() => this.client.set(key, value, 'PX', ttlMs))
   }
 
   async del(key: string) {
-    await this.client.del(key)
+    await this.run(() => this.client.del(key))
   }
 
   pttl(key: string) {
-    return this.client.pttl(key)
+    return this.run(() => this.client.pttl(key))
   }
 
   async take(key: string, { capacity, refillPerSecond }: TokenBucket): Promise<TakeResult> {
-    const [allowed, raw] = await this.client.apTake(`rl:${key}`, capacity, refillPerSecond)
+    const [allowed, raw] = await this.run(() => this.client.apTake(`rl:${key}`, capacity, refillPerSecond))
     const tokens = Number(raw)
     return {
       allowed: allowed === 1,
@@ -96,22 +126,22 @@ export class IoRedis implements RedisPort {
   }
 
   async scheduleTimer(id: string, dueAt: number, payload: string) {
-    await this.client.multi().zadd('timers', dueAt, id).hset('timers:payload', id, payload).exec()
+    await this.run(() => this.client.multi().zadd('timers', dueAt, id).hset('timers:payload', id, payload).exec())
   }
 
   async cancelTimer(id: string) {
-    await this.client.multi().zrem('timers', id).hdel('timers:payload', id).exec()
+    await this.run(() => this.client.multi().zrem('timers', id).hdel('timers:payload', id).exec())
   }
 
   async claimDueTimers(now: number, limit: number, leaseMs = 0): Promise<DueTimer[]> {
-    const flat = await this.client.apClaim('timers', 'timers:payload', now, limit, leaseMs)
+    const flat = await this.run(() => this.client.apClaim('timers', 'timers:payload', now, limit, leaseMs))
     const out: DueTimer[] = []
     for (let i = 0; i < flat.length; i += 3) out.push({ id: flat[i]!, dueAt: Number(flat[i + 1]), payload: flat[i + 2]! })
     return out
   }
 
   async publish(channel: string, message: string) {
-    await this.client.publish(this.prefix + channel, message)
+    await this.run(() => this.client.publish(this.prefix + channel, message))
   }
 
   async subscribe(channel: string, handler: (message: string) => void): Promise<Unsubscribe> {
@@ -128,7 +158,7 @@ export class IoRedis implements RedisPort {
     let set = this.handlers.get(full)
     if (!set) {
       this.handlers.set(full, (set = new Set()))
-      await this.subscriber.subscribe(full)
+      await this.run(() => this.subscriber!.subscribe(full))
     }
     set.add(handler)
     return async () => {
@@ -141,7 +171,7 @@ export class IoRedis implements RedisPort {
   }
 
   async ping() {
-    await this.client.ping()
+    await this.run(() => this.client.ping())
   }
 
   async close() {

@@ -28,6 +28,18 @@ export interface DueTimer {
 
 export type Unsubscribe = () => Promise<void>
 
+/**
+ * Redis could not be reached (refused, reset, or no answer within the command time-out). Requests
+ * that need it answer 503 `unavailable` with Retry-After (src/routes/plugins/conventions.ts); Redis
+ * itself answering with an error is a bug of ours and stays what it is.
+ */
+export class RedisUnavailableError extends Error {
+  constructor(override readonly cause: unknown) {
+    super(`Redis is unreachable: ${(cause as Error)?.message ?? String(cause)}`)
+    this.name = 'RedisUnavailableError'
+  }
+}
+
 export interface RedisPort {
   readonly kind: 'redis' | 'memory'
   /** `SET key value NX PX ttl`: true when this call created the key. */
