@@ -94,3 +94,109 @@ describe('Redis unreachable', () => {
     expect(names).toContain('After the outage')
   }, 30_000)
 })
+
+/**
+ * The database unreachable (server mode: DATABASE_URL set, as in CI): the service reaches PostgreSQL
+ * through a TCP relay of this file's own on loopback, which the test cuts (every connection closed,
+ * new ones refused) and restores. The in-process Redis stand-in keeps Redis out of the picture.
+ */
+const adminUrl = process.env.DATABASE_URL
+describe.skipIf(!adminUrl)('the database unreachable (server mode)', () => {
+  const target = adminUrl ? new URL(adminUrl) : null
+  const dbName = `ap_faults_${process.pid}`
+  const relayPort = freePort()
+  const sockets = new Set<{ end(): void }>()
+  let relay: { stop(closeActive?: boolean): void } | undefined
+  let db: ServiceProcess
+  let workspace: string
+
+  const openRelay = () => {
+    relay = Bun.listen<{ upstream?: Awaited<ReturnType<typeof Bun.connect>>; pending: Uint8Array[] }>({
+      hostname: '127.0.0.1',
+      port: relayPort,
+      socket: {
+        async open(client) {
+          client.data = { pending: [] }
+          sockets.add(client)
+          try {
+            const upstream = await Bun.connect({
+              hostname: target!.hostname,
+              port: Number(target!.port || 5432),
+              socket: {
+                data: (_, chunk) => void client.write(chunk),
+                close: () => void client.end(),
+                error: () => void client.end(),
+              },
+            })
+            sockets.add(upstream)
+            client.data.upstream = upstream
+            for (const chunk of client.data.pending) upstream.write(chunk)
+          } catch {
+            client.end()
+          }
+        },
+        data(client, chunk) {
+          if (client.data.upstream) client.data.upstream.write(chunk)
+          else client.data.pending.push(new Uint8Array(chunk))
+        },
+        close(client) {
+          client.data.upstream?.end()
+        },
+      },
+    })
+  }
+  const cutRelay = () => {
+    relay?.stop(true)
+    relay = undefined
+    for (const s of sockets) s.end()
+    sockets.clear()
+  }
+  const dbCall = (method: string, path: string, body?: unknown) => apiCall(db, KEY, method, path, body)
+
+  beforeAll(async () => {
+    const admin = Bun.spawnSync(['psql', adminUrl!, '-qc', `drop database if exists ${dbName}`, '-c', `create database ${dbName}`])
+    if (admin.exitCode !== 0) throw new Error(admin.stderr.toString())
+    openRelay()
+    const url = new URL(adminUrl!)
+    url.host = `127.0.0.1:${relayPort}`
+    url.pathname = `/${dbName}`
+    db = spawnService({ env: { DATABASE_URL: url.toString(), REDIS_URL: undefined, DATA_DIR: join(tmp, 'server-data'), BOOTSTRAP_API_KEY: KEY, LOG_LEVEL: 'warn' } })
+    await db.ready(30_000)
+  }, 60_000)
+
+  afterAll(async () => {
+    await db?.stop('SIGKILL')
+    cutRelay()
+    Bun.spawnSync(['psql', adminUrl!, '-qc', `drop database if exists ${dbName} with (force)`])
+  })
+
+  test('cut: 503 unavailable with Retry-After and /readyz false; restored: it recovers by itself', async () => {
+    const created = await dbCall('POST', '/v1/workspaces', { name: 'Survives the database' })
+    expect(created.status).toBe(201)
+    workspace = created.body.data.id
+
+    cutRelay()
+    for (const [method, path, body] of [
+      ['GET', `/v1/workspaces/${workspace}`, undefined],
+      ['POST', '/v1/workspaces', { name: 'Not now' }],
+    ] as const) {
+      const res = await dbCall(method, path, body)
+      expect([method, path, res.status, res.body.error?.code]).toEqual([method, path, 503, 'unavailable'])
+      expect(res.headers.get('retry-after')).toBe('5')
+      expect(res.body.error.message).toBe('the database is unreachable; retry in a few seconds')
+    }
+    const ready = await dbCall('GET', '/readyz')
+    expect(ready.status).toBe(503)
+    expect(ready.body.checks.database.status).toBe('down')
+    expect((await dbCall('GET', '/healthz')).status).toBe(200)
+    expect(db.proc.exitCode).toBeNull()
+
+    openRelay()
+    await waitFor(async () => (await dbCall('GET', `/v1/workspaces/${workspace}`)).status === 200, { timeoutMs: 20_000, what: 'the service to reach the database again' })
+    expect((await dbCall('GET', '/readyz')).status).toBe(200)
+    expect((await dbCall('POST', '/v1/workspaces', { name: 'After the outage' })).status).toBe(201)
+    const names = (await dbCall('GET', '/v1/workspaces?limit=100')).body.data.map((w: { name: string }) => w.name)
+    expect(names).toContain('Survives the database')
+    expect(names).not.toContain('Not now')
+  }, 60_000)
+})
