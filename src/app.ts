@@ -1,6 +1,7 @@
 import { Elysia } from 'elysia'
 import type { Deps } from './deps'
 import { apiKeyRoutes } from './routes/api-keys'
+import { auditRoutes } from './routes/audit'
 import { consoleRoutes } from './routes/console'
 import { docsRoutes } from './routes/docs'
 import { machineRoutes } from './routes/machines'
@@ -38,6 +39,7 @@ const documentation = {
     { name: 'runs', description: 'Workflow runs: synchronous, async or streamed; events, cancel' },
     { name: 'knowledge', description: 'Knowledge bases, document uploads and their ingestion, search (docs/knowledge.md)' },
     { name: 'usage', description: 'Credits used and budgets' },
+    { name: 'audit', description: 'Who changed what, when: the audit trail of a workspace (docs/audit.md)' },
     { name: 'operations', description: 'Health, readiness and metrics (no authentication)' },
     { name: 'console', description: 'The management console\'s page and assets (docs/console.md); the console itself calls the API above' },
   ],
@@ -53,7 +55,7 @@ export function buildApp(deps: Deps) {
     .use(docsRoutes(documentation))
     .use(opsRoutes(deps))
     .use(consoleRoutes(deps))
-    .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(machineRoutes(deps)).use(webhookRoutes(deps)).use(modelRoutes(deps)).use(usageRoutes(deps)).use(workflowRoutes(deps)).use(runRoutes(deps)).use(knowledgeRoutes(deps)).use(agentRoutes(deps)))
+    .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(machineRoutes(deps)).use(webhookRoutes(deps)).use(modelRoutes(deps)).use(usageRoutes(deps)).use(workflowRoutes(deps)).use(runRoutes(deps)).use(knowledgeRoutes(deps)).use(agentRoutes(deps)).use(auditRoutes(deps)))
   return app
 }
 

@@ -1,6 +1,6 @@
 /** Type prefixes of CONTRACT section 1; ids sort by creation time because a ULID does. */
 export type IdPrefix =
-  | 'ws' | 'agt' | 'conv' | 'msg' | 'wf' | 'run' | 'kb' | 'doc' | 'chk' | 'whk' | 'dlv' | 'key' | 'evt' | 'req' | 'crd'
+  | 'ws' | 'agt' | 'conv' | 'msg' | 'wf' | 'run' | 'kb' | 'doc' | 'chk' | 'whk' | 'dlv' | 'key' | 'evt' | 'req' | 'crd' | 'aud'
 
 // A monotonic ULID (the spec's monotonic mode), lower-cased. Written here rather than taken from the
 // ulid package because every request makes one: the package re-encodes the time and rebuilds the

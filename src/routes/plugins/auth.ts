@@ -2,6 +2,7 @@ import { Elysia } from 'elysia'
 import type { Caller } from '../../domain/access'
 import type { Deps } from '../../deps'
 import { AppError } from '../../lib/errors'
+import { prepareAudit } from '../../domain/audit'
 import { beginIdempotency } from './idempotency'
 import { stateOf, type RequestState } from './request-state'
 
@@ -50,5 +51,11 @@ export function authenticated(deps: Deps) {
       const state = stateOf(request)
       return { caller: state.caller as Caller, requestId: state.id }
     })
-    .onBeforeHandle({ as: 'scoped' }, ({ request }) => beginIdempotency(deps.redis, request, stateOf(request)))
+    .onBeforeHandle({ as: 'scoped' }, async ({ request, route, params }) => {
+      const state = stateOf(request)
+      const replay = await beginIdempotency(deps.redis, request, state)
+      // A replayed answer changes nothing: it is not recorded again.
+      if (replay) return replay
+      state.audit = await prepareAudit(deps, request.method, route.slice(deps.config.basePath.length), (params ?? {}) as Record<string, string>)
+    })
 }

@@ -1,5 +1,6 @@
 import { Elysia, ValidationError } from 'elysia'
 import type { Deps } from '../../deps'
+import { recordAudit } from '../../domain/audit'
 import { AppError, errorBody, type ErrorDetail } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { RedisUnavailableError } from '../../store/redis'
@@ -62,8 +63,24 @@ export function conventions(deps: Deps) {
     const headers = set.headers as Record<string, string>
     headers['content-type'] = 'application/json'
     if (extraHeaders) Object.assign(headers, extraHeaders)
-    if (!state.idem) return respond(request, set, state, route, status, text, headers)
-    return completeIdempotency(deps.redis, state, status, text, headers, log).then(() => respond(request, set, state, route, status, text, headers))
+    const audit = state.audit && status < 400 ? audited(state, status, body) : null
+    if (!state.idem && !audit) return respond(request, set, state, route, status, text, headers)
+    return (audit ?? Promise.resolve())
+      .then(() => state.idem && completeIdempotency(deps.redis, state, status, text, headers, log))
+      .then(() => respond(request, set, state, route, status, text, headers))
+  }
+
+  /**
+   * Records a successful write before it is answered. The write itself has committed: a failure
+   * here is logged (with the request id, so the record can be rebuilt from the access log) and the
+   * answer still goes out.
+   */
+  function audited(state: RequestState, status: number, body: unknown): Promise<void> {
+    const pending = state.audit!
+    state.audit = undefined
+    return recordAudit(deps, pending, state.caller!, state.id, status, body).catch((err) => {
+      log.error({ request_id: state.id, err, action: pending.action }, 'the audit record of a write failed')
+    })
   }
 
   function respond(

@@ -1,4 +1,5 @@
 import type { Caller } from '../../domain/access'
+import type { PendingAudit } from '../../domain/audit'
 import { newId } from '../../lib/ids'
 
 /** What the hooks of one request share: kept on the Request, gone with it. */
@@ -11,6 +12,8 @@ export interface RequestState {
   caller?: Caller
   /** Set when this request holds an Idempotency-Key record that must be completed. */
   idem?: { key: string; fingerprint: string }
+  /** Set when this request is a write the audit trail records if it succeeds (src/domain/audit.ts). */
+  audit?: PendingAudit
 }
 
 // A symbol-keyed property on the Request rather than a WeakMap: a WeakMap entry per request is an

@@ -1,3 +1,4 @@
+import { recordAudit } from '../../domain/audit'
 import type { Deps } from '../../deps'
 import { AppError, errorBody } from '../../lib/errors'
 import { completeIdempotency } from './idempotency'
@@ -41,6 +42,14 @@ export function sseResponse(
   // Recorded at once: the side effect (a run) exists now, however long the stream lasts.
   if (state.idem && idempotent) {
     completeIdempotency(deps.redis, state, idempotent.status, JSON.stringify(idempotent.body), { 'content-type': 'application/json' }, deps.log).catch(() => {})
+  }
+  // A streamed write (a run triggered with Accept: text/event-stream) is in the audit trail too.
+  if (state.audit) {
+    const pending = state.audit
+    state.audit = undefined
+    recordAudit(deps, pending, state.caller!, state.id, 200, idempotent?.body).catch((err) =>
+      deps.log.error({ request_id: state.id, err, action: pending.action }, 'the audit record of a write failed'),
+    )
   }
   const iterator = events[Symbol.asyncIterator]()
   const onAbort = () => abort.abort()

@@ -1,0 +1,108 @@
+import type { Deps } from '../deps'
+import { newId } from '../lib/ids'
+import type { ListQuery } from '../lib/lists'
+import type { Caller } from './access'
+import { access } from './workspaces'
+import * as store from '../store/audit'
+
+/**
+ * The audit trail (docs/audit.md): every successful write through the API is recorded with who made
+ * it (user_id, API key), what (method and route, the resource, the path parameters), when, its status
+ * and the request id, under the workspace it belongs to.
+ *
+ * Not recorded, because they change no resource of the workspace: searches, model calls (LLM chat,
+ * embeddings, rerank, the OpenAI-compatible routes; their own record is the usage ledger) and agent
+ * chat turns (their record is the conversation, with its user_id and times).
+ */
+const NOT_AUDITED = new Set([
+  'POST /v1/knowledge-bases/:id/search',
+  'POST /v1/models/llm/chat',
+  'POST /v1/models/embeddings',
+  'POST /v1/models/rerank',
+  'POST /v1/chat/completions',
+  'POST /v1/embeddings',
+  'POST /v1/agents/:id/chat',
+])
+
+/** Routes that act on a row by id: its workspace is read before the handler runs (a delete removes it). */
+const OWNED_BY: Record<string, [store.OwnedTable, string]> = {
+  'DELETE /v1/api-keys/:id': ['api_keys', 'id'],
+  'PATCH /v1/webhooks/:id': ['webhooks', 'id'],
+  'DELETE /v1/webhooks/:id': ['webhooks', 'id'],
+  'POST /v1/webhooks/:id/ping': ['webhooks', 'id'],
+  'POST /v1/webhooks/:id/deliveries/:delivery_id/redeliver': ['webhooks', 'id'],
+  'PUT /v1/workflows/:id': ['workflows', 'id'],
+  'DELETE /v1/workflows/:id': ['workflows', 'id'],
+  'POST /v1/workflows/:id/runs': ['workflows', 'id'],
+  'POST /v1/runs/:run_id/cancel': ['runs', 'run_id'],
+  'PATCH /v1/knowledge-bases/:id': ['knowledge_bases', 'id'],
+  'DELETE /v1/knowledge-bases/:id': ['knowledge_bases', 'id'],
+  'POST /v1/knowledge-bases/:id/documents': ['knowledge_bases', 'id'],
+  'DELETE /v1/documents/:document_id': ['documents', 'document_id'],
+  'POST /v1/documents/:document_id/reparse': ['documents', 'document_id'],
+  'PATCH /v1/agents/:id': ['agents', 'id'],
+  'DELETE /v1/agents/:id': ['agents', 'id'],
+  'DELETE /v1/conversations/:conversation_id': ['conversations', 'conversation_id'],
+}
+
+const WRITES = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
+
+/** What the request will record if it succeeds; kept on the request between the two hooks. */
+export interface PendingAudit {
+  action: string
+  workspaceId: string | null
+  params: Record<string, string>
+}
+
+/**
+ * Before the handler: whether this request is audited, and the workspace of the row it acts on.
+ * `route` is Elysia's route template without BASE_PATH.
+ */
+export async function prepareAudit(deps: Deps, method: string, route: string, params: Record<string, string>): Promise<PendingAudit | undefined> {
+  if (!WRITES.has(method)) return
+  const key = `${method} ${route}`
+  if (NOT_AUDITED.has(key)) return
+  let workspaceId: string | null = null
+  if (route.startsWith('/v1/workspaces/:id')) workspaceId = params.id ?? null
+  const owned = OWNED_BY[key]
+  if (owned && params[owned[1]]) workspaceId = await store.workspaceOfRow(deps.db.sql, owned[0], params[owned[1]]!)
+  return { action: `${method} ${route.replace(/:([A-Za-z_]+)/g, '{$1}')}`, workspaceId, params }
+}
+
+/**
+ * After a successful write: the row, with the workspace and resource the answer names when the
+ * request did not (a create).
+ */
+export async function recordAudit(
+  deps: Deps,
+  pending: PendingAudit,
+  who: { userId: string; keyId: string },
+  requestId: string,
+  status: number,
+  body: unknown,
+): Promise<void> {
+  const answer = (body ?? {}) as { data?: { id?: unknown; workspace_id?: unknown; user_id?: unknown }; run_id?: unknown; document_id?: unknown }
+  const created = pending.action === 'POST /v1/workspaces' ? answer.data?.id : undefined
+  const workspaceId = pending.workspaceId ?? str(answer.data?.workspace_id) ?? str(created)
+  const values = Object.values(pending.params)
+  const resourceId = str(answer.run_id) ?? str(answer.document_id) ?? str(answer.data?.id) ?? str(answer.data?.user_id) ?? values[values.length - 1] ?? null
+  await store.insertAudit(deps.db.sql, {
+    id: newId('aud'),
+    workspace_id: workspaceId,
+    user_id: who.userId,
+    api_key_id: who.keyId,
+    action: pending.action,
+    resource_id: resourceId,
+    params: pending.params,
+    status,
+    request_id: requestId,
+  })
+}
+
+const str = (v: unknown) => (typeof v === 'string' ? v : null)
+
+/** A workspace's audit trail, newest first by default: admins (and owners) only, archived or not. */
+export async function listAuditLog(deps: Deps, caller: Caller, workspaceId: string, q: ListQuery) {
+  await access(deps.db.sql, caller, workspaceId, 'manage', true)
+  return store.listAudit(deps.db.sql, workspaceId, q)
+}
