@@ -40,7 +40,7 @@ const AuditEntry = t.Object(
 
 const auditList: ListSpec = {
   sortable: { created_at: 'time' },
-  filters: { user_id: { type: 'text' }, api_key_id: { type: 'text' }, action: { type: 'text' }, resource_id: { type: 'text' }, status: { type: 'text' }, created_at: { type: 'time' } },
+  filters: { user_id: { type: 'text' }, api_key_id: { type: 'text' }, action: { type: 'text' }, resource_id: { type: 'text' }, status: { type: 'int' }, created_at: { type: 'time' } },
 }
 
 const toEntry = (r: AuditRow): typeof AuditEntry.static => ({

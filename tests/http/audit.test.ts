@@ -145,6 +145,9 @@ describe('GET /v1/workspaces/{id}/audit-log', () => {
     expect(await entries('?created_at_after=2999-01-01T00:00:00.000Z')).toEqual([])
     expect((await log('?sort=created_at&limit=1')).body.data[0].action).toBe('POST /v1/workspaces')
     expect((await log('?sort=name')).status).toBe(400)
+    // Found by the fuzz test: a status that is not a number was a failed statement (500).
+    const bad = await log('?status=%29n')
+    expect([bad.status, bad.body.error.code]).toEqual([400, 'invalid_filter'])
   })
 
   test('an archived workspace\'s trail stays readable, and archiving is in it', async () => {
