@@ -83,7 +83,8 @@ export async function recordAudit(
 ): Promise<void> {
   const answer = (body ?? {}) as { data?: { id?: unknown; workspace_id?: unknown; user_id?: unknown }; run_id?: unknown; document_id?: unknown }
   const created = pending.action === 'POST /v1/workspaces' ? answer.data?.id : undefined
-  const workspaceId = pending.workspaceId ?? str(answer.data?.workspace_id) ?? str(created)
+  // A deleted workspace's trail went with it; the deletion is kept outside any workspace.
+  const workspaceId = pending.action === 'DELETE /v1/workspaces/{id}' ? null : (pending.workspaceId ?? str(answer.data?.workspace_id) ?? str(created))
   const values = Object.values(pending.params)
   const resourceId = str(answer.run_id) ?? str(answer.document_id) ?? str(answer.data?.id) ?? str(answer.data?.user_id) ?? values[values.length - 1] ?? null
   await store.insertAudit(deps.db.sql, {

@@ -150,6 +150,16 @@ describe('GET /v1/workspaces/{id}/audit-log', () => {
     expect([bad.status, bad.body.error.code]).toEqual([400, 'invalid_filter'])
   })
 
+  test('deleting a workspace deletes its trail; the deletion itself is kept outside any workspace', async () => {
+    const doomed = await workspaceOf(h, admin, 'Doomed')
+    expect((await h.call('PATCH', `/v1/workspaces/${doomed}`, { key: admin, body: { description: 'soon gone' } })).status).toBe(200)
+    const res = await h.call('DELETE', `/v1/workspaces/${doomed}`, { key: admin })
+    expect(res.status).toBe(200)
+    const rows = await h.deps.db.sql<{ workspace_id: string | null; action: string; request_id: string }[]>`
+      select workspace_id, action, request_id from audit_log where params->>'id' = ${doomed} order by created_at`
+    expect([...rows]).toEqual([{ workspace_id: null, action: 'DELETE /v1/workspaces/{id}', request_id: res.headers.get('x-request-id')! }])
+  })
+
   test('an archived workspace\'s trail stays readable, and archiving is in it', async () => {
     expect((await h.call('POST', `/v1/workspaces/${ws}/archive`, { key: admin })).status).toBe(200)
     const [latest] = await entries('?limit=1')

@@ -1,9 +1,10 @@
 -- The audit trail (issue 9): one row per successful write through the API, with who made it (the
 -- caller's user_id and API key), what (method and route, the resource), when and the request id.
--- No foreign key to workspaces: the record of a workspace's deletion outlives the workspace.
+-- A workspace's trail goes with it (as all its data does); the deletion itself is recorded with
+-- workspace_id null (and the workspace's id in params), so it outlives the workspace.
 create table audit_log (
   id            text primary key,
-  workspace_id  text,
+  workspace_id  text references workspaces (id) on delete cascade,
   user_id       text not null,
   api_key_id    text not null,
   -- "<METHOD> <route>", e.g. "DELETE /v1/documents/{document_id}".
