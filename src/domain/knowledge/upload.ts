@@ -57,7 +57,7 @@ export async function storeMultipart(request: Request, files: FileStore, key: st
       stream.resume()
       return
     }
-    const name = filename?.trim() || ''
+    const name = cleanFileName(filename ?? '')
     stored = storeFile(stream, name, files, key, maxBytes).then((s) => ({ ...s, fields }))
     // Busboy keeps feeding the stream; a refused file must still be drained for the parse to finish.
     stored.catch((err) => {
@@ -128,4 +128,20 @@ function unsupported(name: string) {
   return new AppError('unsupported_media_type', `${name}: supported types are ${Object.keys(DOC_TYPES).join(' ')} (by extension, checked against the content)`, {
     param: 'file',
   })
+}
+
+/**
+ * A client's file name as a document name: its last path segment (some clients send "C:\\Users\\..."
+ * or "../../x"), without control characters or the bidirectional overrides that make "txt.exe" read
+ * as "exe.txt", at most 255 characters (the extension kept). The name is never a storage path: files
+ * are stored under the document's id.
+ */
+export function cleanFileName(raw: string): string {
+  const last = raw.split(/[\\/]/).pop() ?? ''
+  const clean = last.replace(/[\u0000-\u001f\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069]/g, '').trim()
+  if (clean === '.' || clean === '..') return ''
+  if (clean.length <= 255) return clean
+  const dot = clean.lastIndexOf('.')
+  const ext = dot > 0 && clean.length - dot <= 16 ? clean.slice(dot) : ''
+  return clean.slice(0, 255 - ext.length) + ext
 }

@@ -1,3 +1,4 @@
+import { unzipSync } from 'fflate'
 import mammoth from 'mammoth'
 import { htmlToBlocks } from './html'
 import { type Block, ParseError } from './types'
@@ -12,6 +13,7 @@ const noImages = mammoth.images.imgElement(async () => ({ src: '' }))
  * Linked (external) files are never opened.
  */
 export async function parseDocx(bytes: Uint8Array): Promise<Block[]> {
+  refuseZipBomb(bytes)
   let html: string
   try {
     const buffer = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
@@ -20,4 +22,33 @@ export async function parseDocx(bytes: Uint8Array): Promise<Block[]> {
     throw new ParseError('parse_error', `the Word document could not be read: ${(err as Error)?.message ?? String(err)}`)
   }
   return htmlToBlocks(html)
+}
+
+/** What a Word document may unpack to: far above real ones (text XML, images), far below a bomb's. */
+export const DOCX_MAX_UNPACKED_BYTES = 256 * 1024 * 1024
+const DOCX_MAX_ENTRIES = 10_000
+
+/**
+ * A zip bomb (a few MB that unpack to gigabytes) is refused before mammoth unpacks anything: fflate
+ * reads the central directory only (every entry filtered out), and the sizes it declares are summed.
+ * A zip whose directory lies about its sizes is not caught here; MAX_UPLOAD_BYTES bounds what it
+ * can hold.
+ */
+function refuseZipBomb(bytes: Uint8Array): void {
+  let total = 0
+  let entries = 0
+  try {
+    unzipSync(bytes, {
+      filter: (file) => {
+        total += file.originalSize
+        entries++
+        return false
+      },
+    })
+  } catch (err) {
+    throw new ParseError('parse_error', `the Word document could not be read: ${(err as Error)?.message ?? String(err)}`)
+  }
+  if (total > DOCX_MAX_UNPACKED_BYTES || entries > DOCX_MAX_ENTRIES) {
+    throw new ParseError('parse_error', `the Word document unpacks to ${total} bytes in ${entries} parts (at most ${DOCX_MAX_UNPACKED_BYTES} bytes and ${DOCX_MAX_ENTRIES} parts): refused as a zip bomb`)
+  }
 }
