@@ -4,6 +4,7 @@ import { join } from 'node:path'
 import { strToU8, unzipSync, zipSync } from 'fflate'
 import { parseDocument, ParseError } from '../../src/domain/knowledge/parse'
 import { DOCX_MAX_UNPACKED_BYTES } from '../../src/domain/knowledge/parse/docx'
+import { parsePdf } from '../../src/domain/knowledge/parse/pdf'
 import { cleanFileName } from '../../src/domain/knowledge/upload'
 
 /** Hostile documents (issue 9): each is refused with a parse error, or read harmlessly; none hangs the process. */
@@ -59,6 +60,20 @@ describe('XML bombs in DOCX', () => {
     )
     // 10^9 "lol"s would be 3 GB; whatever came out is small.
     expect(result.length).toBeLessThan(10_000)
+  })
+})
+
+describe('PDFs that take too long', () => {
+  const PDF = new Uint8Array(readFileSync(join(import.meta.dir, '../fixtures/documents/sample.pdf')))
+
+  test('are read in a thread of their own, stopped at the time limit: a parse error, the process unharmed', async () => {
+    // No PDF here loops pdf.js; a limit shorter than any reading shows the thread being stopped.
+    const err = await failure(parsePdf(PDF, 1))
+    expect(err.code).toBe('parse_error')
+    expect(err.message).toBe('the PDF took longer than 0.001 s to read')
+    // The same file, with the default limit, reads as before, and so does the next one.
+    expect((await parsePdf(PDF)).length).toBeGreaterThan(0)
+    expect((await parsePdf(PDF)).length).toBeGreaterThan(0)
   })
 })
 
