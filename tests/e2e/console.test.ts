@@ -68,6 +68,10 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
     expect(await members.locator('tbody tr').count()).toBe(3)
     expect(await members.textContent()).toMatch(/dana.*developer/s)
     expect(await page.locator('dl.facts').nth(1).textContent()).toContain('of 1000 credits used')
+    // The audit log: the writes that made this workspace, by the root key's user.
+    const audit = page.locator('table', { has: page.locator('caption', { hasText: 'The last 50 writes' }) })
+    expect(await audit.locator('tbody tr', { hasText: 'POST /v1/workspaces/{id}/members' }).count()).toBe(2)
+    expect(await audit.locator('tbody tr', { hasText: 'PUT /v1/workspaces/{id}/budget' }).count()).toBe(1)
   })
 
   test('a failed delivery shows its attempts; Resend, once the receiver answers 200, succeeds', async () => {

@@ -38,11 +38,12 @@ export async function workspacesPage(ctx: PageContext) {
 export async function workspacePage(ctx: PageContext) {
   const id = ctx.params[0]!
   const path = `/workspaces/${encodeURIComponent(id)}`
-  const [ws, members, usage] = await Promise.all([
+  const [ws, members, usage, audit] = await Promise.all([
     api<{ data: Workspace }>('GET', path, undefined, ctx.signal),
     listAll<Member>(`${path}/members`, {}, ctx.signal),
-    // Usage needs admin; a lower role sees the rest of the page.
+    // Usage and the audit log need admin; a lower role sees the rest of the page.
     api<{ data: Usage }>('GET', `${path}/usage`, undefined, ctx.signal).catch((err: Error) => err),
+    api<{ data: AuditEntry[] }>('GET', `${path}/audit-log?limit=50`, undefined, ctx.signal).catch((err: Error) => err),
   ])
   const w = ws.data
   put(ctx.main,
@@ -53,7 +54,21 @@ export async function workspacePage(ctx: PageContext) {
     table('Members and their roles', ['User', 'Role', 'Owner', 'Since'], members.map((m) => [m.user_id, badge(m.role), m.is_owner ? 'yes' : '', when(m.created_at)])),
     h('h2', null, 'Usage and budget'),
     usage instanceof Error ? h('p', { class: 'error' }, usage.message) : usageView(usage.data),
+    h('h2', null, 'Audit log'),
+    audit instanceof Error
+      ? h('p', { class: 'error' }, audit.message)
+      : table('The last 50 writes, newest first', ['When', 'Who', 'Action', 'Resource', 'Status', 'Request'],
+        audit.data.map((e) => [when(e.created_at), e.user_id, h('code', null, e.action), e.resource_id ?? '—', e.status, h('code', null, e.request_id)])),
   )
+}
+
+interface AuditEntry {
+  user_id: string
+  action: string
+  resource_id: string | null
+  status: number
+  request_id: string
+  created_at: string
 }
 
 function usageView(u: Usage): HTMLElement {
