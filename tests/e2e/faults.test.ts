@@ -57,6 +57,23 @@ describe('Redis unreachable', () => {
     expect((await call('GET', '/readyz')).status).toBe(200)
   })
 
+  let parkedRun: string
+
+  test('a run parks in a wait node just before Redis goes', async () => {
+    const wf = await call('POST', '/v1/workflows', {
+      workspace_id: workspace,
+      name: 'Waits through the outage',
+      graph: {
+        nodes: [{ id: 'start', type: 'start', config: {} }, { id: 'pause', type: 'wait', config: { seconds: 2 } }, { id: 'end', type: 'end', config: { outputs: { ok: 'yes' } } }],
+        edges: [{ source: 'start', target: 'pause' }, { source: 'pause', target: 'end' }],
+      },
+    })
+    expect(wf.status).toBe(201)
+    const run = await call('POST', `/v1/workflows/${wf.body.data.id}/runs?async=true`, { inputs: {} })
+    expect(run.status).toBe(202)
+    parkedRun = run.body.run_id
+  })
+
   test('Redis killed: 503 unavailable with Retry-After, within a few seconds; liveness up, readiness down', async () => {
     await redis!.stop('SIGKILL')
     await waitFor(async () => !(await redisAnswers()), { what: 'redis-server to be gone' })
@@ -92,6 +109,12 @@ describe('Redis unreachable', () => {
     const names = (await call('GET', '/v1/workspaces?limit=100')).body.data.map((w: { name: string }) => w.name)
     expect(names).not.toContain('Not now')
     expect(names).toContain('After the outage')
+  }, 30_000)
+
+  test('the run parked through the outage finishes: its wake-up time is in PostgreSQL, not only in the Redis that forgot it', async () => {
+    await waitFor(async () => (await call('GET', `/v1/runs/${parkedRun}`)).body.data?.status !== 'running', { timeoutMs: 20_000, what: 'the parked run to finish' })
+    const run = (await call('GET', `/v1/runs/${parkedRun}`)).body.data
+    expect([run.status, run.outputs]).toEqual(['completed', { ok: 'yes' }])
   }, 30_000)
 })
 
