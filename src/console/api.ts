@@ -28,7 +28,7 @@ export class ApiError extends Error {
 }
 
 /** Called when the API refuses the key (401): the console signs out. */
-export let onUnauthorized = () => {}
+let onUnauthorized = () => {}
 export function setOnUnauthorized(fn: () => void) {
   onUnauthorized = fn
 }

@@ -25,6 +25,3 @@ export function every(ms: number, signal: AbortSignal, fn: () => Promise<boolean
   setTimeout(tick, ms)
 }
 
-export function needWorkspace(ctx: PageContext): string | null {
-  return ctx.workspaceId
-}

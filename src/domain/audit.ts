@@ -70,34 +70,41 @@ export async function prepareAudit(deps: Deps, method: string, route: string, pa
 }
 
 /**
- * After a successful write: the row, with the workspace and resource the answer names when the
- * request did not (a create).
+ * After a successful write: records the request's pending entry (once: it is taken off the request),
+ * with the workspace and resource the answer names when the request did not (a create). The write
+ * itself has committed: a failure here is logged with the request id (from which the entry can be
+ * rebuilt with the access log) and never fails the answer.
  */
 export async function recordAudit(
   deps: Deps,
-  pending: PendingAudit,
-  who: { userId: string; keyId: string },
-  requestId: string,
+  state: { audit?: PendingAudit; caller?: { userId: string; keyId: string }; id: string },
   status: number,
   body: unknown,
 ): Promise<void> {
+  const pending = state.audit
+  if (!pending || !state.caller) return
+  state.audit = undefined
   const answer = (body ?? {}) as { data?: { id?: unknown; workspace_id?: unknown; user_id?: unknown }; run_id?: unknown; document_id?: unknown }
   const created = pending.action === 'POST /v1/workspaces' ? answer.data?.id : undefined
   // A deleted workspace's trail went with it; the deletion is kept outside any workspace.
   const workspaceId = pending.action === 'DELETE /v1/workspaces/{id}' ? null : (pending.workspaceId ?? str(answer.data?.workspace_id) ?? str(created))
   const values = Object.values(pending.params)
   const resourceId = str(answer.run_id) ?? str(answer.document_id) ?? str(answer.data?.id) ?? str(answer.data?.user_id) ?? values[values.length - 1] ?? null
-  await store.insertAudit(deps.db.sql, {
-    id: newId('aud'),
-    workspace_id: workspaceId,
-    user_id: who.userId,
-    api_key_id: who.keyId,
-    action: pending.action,
-    resource_id: resourceId,
-    params: pending.params,
-    status,
-    request_id: requestId,
-  })
+  try {
+    await store.insertAudit(deps.db.sql, {
+      id: newId('aud'),
+      workspace_id: workspaceId,
+      user_id: state.caller.userId,
+      api_key_id: state.caller.keyId,
+      action: pending.action,
+      resource_id: resourceId,
+      params: pending.params,
+      status,
+      request_id: state.id,
+    })
+  } catch (err) {
+    deps.log.error({ request_id: state.id, err, action: pending.action }, 'the audit record of a write failed')
+  }
 }
 
 const str = (v: unknown) => (typeof v === 'string' ? v : null)

@@ -23,6 +23,7 @@ describe.skipIf(!databaseUrl || !redisUrl)('cluster: 2 API and 2 worker processe
   const received = new Map<string, number>()
   let ws: string
   let workflow: string
+  let webhook: string
   let kb: string
   let agent: string
   const accepted = { runs: [] as string[], documents: [] as string[], pings: [] as string[], turns: [] as string[] }
@@ -52,12 +53,12 @@ describe.skipIf(!databaseUrl || !redisUrl)('cluster: 2 API and 2 worker processe
       return res.body
     }
     ws = (await must('POST', '/v1/workspaces', { name: 'Chaos' })).data.id
-    await must('POST', '/v1/webhooks', {
+    webhook = (await must('POST', '/v1/webhooks', {
       workspace_id: ws,
       url: `http://127.0.0.1:${receiver.port}/hook`,
       events: ['workflow.run.completed', 'knowledge.document.ready', 'webhook.test'],
       secret: 'whsec_chaos-secret-0123456789',
-    })
+    })).data.id
     workflow = (await must('POST', '/v1/workflows', {
       workspace_id: ws,
       name: 'Pause then finish',
@@ -97,7 +98,7 @@ describe.skipIf(!databaseUrl || !redisUrl)('cluster: 2 API and 2 worker processe
         const [run, doc, ping, turn] = await Promise.all([
           send(api, 'POST', `/v1/workflows/${workflow}/runs?async=true`, { inputs: {} }),
           send(api, 'POST', `/v1/knowledge-bases/${kb}/documents`, { type: 'text', name: `note-${n}.txt`, content: `Note ${n}: parcels ship within ${n} days.` }),
-          send(api, 'POST', `/v1/webhooks/${(await cluster.db`select id from webhooks limit 1`)[0]!.id}/ping`, undefined),
+          send(api, 'POST', `/v1/webhooks/${webhook}/ping`, undefined),
           send(api, 'POST', `/v1/agents/${agent}/chat`, { message: `How long for parcel ${n}?`, user_id: `user-${n}` }),
         ])
         if (run?.status === 202) accepted.runs.push(run.body.run_id)

@@ -1,7 +1,7 @@
 import { Elysia, ValidationError } from 'elysia'
 import type { Deps } from '../../deps'
 import { recordAudit } from '../../domain/audit'
-import { AppError, errorBody, type ErrorDetail } from '../../lib/errors'
+import { AppError, errorBody, invalid, type ErrorDetail } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { RedisUnavailableError } from '../../store/redis'
 import { CONSOLE_CSP } from '../console'
@@ -63,24 +63,11 @@ export function conventions(deps: Deps) {
     const headers = set.headers as Record<string, string>
     headers['content-type'] = 'application/json'
     if (extraHeaders) Object.assign(headers, extraHeaders)
-    const audit = state.audit && status < 400 ? audited(state, status, body) : null
+    const audit = state.audit && status < 400 ? recordAudit(deps, state, status, body) : null
     if (!state.idem && !audit) return respond(request, set, state, route, status, text, headers)
     return (audit ?? Promise.resolve())
       .then(() => state.idem && completeIdempotency(deps.redis, state, status, text, headers, log))
       .then(() => respond(request, set, state, route, status, text, headers))
-  }
-
-  /**
-   * Records a successful write before it is answered. The write itself has committed: a failure
-   * here is logged (with the request id, so the record can be rebuilt from the access log) and the
-   * answer still goes out.
-   */
-  function audited(state: RequestState, status: number, body: unknown): Promise<void> {
-    const pending = state.audit!
-    state.audit = undefined
-    return recordAudit(deps, pending, state.caller!, state.id, status, body).catch((err) => {
-      log.error({ request_id: state.id, err, action: pending.action }, 'the audit record of a write failed')
-    })
   }
 
   function respond(
@@ -152,6 +139,7 @@ export function conventions(deps: Deps) {
     })
     .onError({ as: 'global' }, ({ code, error, request, set, route }) => {
       let err: AppError
+      let down: ReturnType<typeof unreachable>
       if (error instanceof AppError) err = error
       else if (code === 'PARSE') err = error.cause instanceof AppError ? error.cause : new AppError('invalid_json', 'body is not valid JSON')
       else if (code === 'VALIDATION' && (error as ValidationError).type === 'response') {
@@ -161,10 +149,10 @@ export function conventions(deps: Deps) {
       } else if (code === 'VALIDATION') err = fromValidation(error as ValidationError)
       else if (code === 'NOT_FOUND') err = new AppError('not_found', `no route ${request.method} ${stateOf(request).path}`)
       else if (code === 'INVALID_COOKIE_SIGNATURE' || code === 'INVALID_FILE_TYPE') err = new AppError('validation_error', String((error as Error).message))
-      else if (unreachable(error)) {
+      else if ((down = unreachable(error))) {
         // Redis or the database cannot be reached: the client should retry; nothing was lost.
         log.warn({ request_id: stateOf(request).id, err: (error as Error).message }, 'a dependency is unreachable')
-        err = new AppError('unavailable', `${unreachable(error)} is unreachable; retry in a few seconds`, { headers: { 'retry-after': '5' } })
+        err = new AppError('unavailable', `${down} is unreachable; retry in a few seconds`, { headers: { 'retry-after': '5' } })
       } else {
         log.error({ request_id: stateOf(request).id, err: error }, 'unhandled error')
         err = new AppError('internal_error', 'internal error; quote the request_id when reporting it')
@@ -206,11 +194,7 @@ function nestedTooDeep(text: string): boolean {
 /** Postgres text and jsonb cannot hold U+0000 or lone surrogates: a 400 naming the field, not a 500. */
 function refuseUnstorable(value: unknown, path: string): void {
   if (typeof value === 'string') {
-    if (value.includes('\u0000') || !value.isWellFormed()) {
-      const param = path || 'body'
-      const message = 'must not contain U+0000 or unpaired surrogates'
-      throw new AppError('validation_error', `${param}: ${message}`, { param, details: [{ path: param, message }] })
-    }
+    if (value.includes('\u0000') || !value.isWellFormed()) throw invalid(path || 'body', 'must not contain U+0000 or unpaired surrogates')
   } else if (value && typeof value === 'object') {
     for (const [k, v] of Object.entries(value)) {
       refuseUnstorable(k, path)
@@ -237,11 +221,7 @@ function unreachable(error: unknown): 'Redis' | 'the database' | null {
 
 function refuseNulInQuery(url: string): void {
   for (const [name, value] of new URL(url).searchParams) {
-    if (name.includes('\u0000') || value.includes('\u0000')) {
-      const param = `query.${name.replaceAll('\u0000', '')}`
-      const message = 'must not contain U+0000'
-      throw new AppError('validation_error', `${param}: ${message}`, { param, details: [{ path: param, message }] })
-    }
+    if (name.includes('\u0000') || value.includes('\u0000')) throw invalid(`query.${name.replaceAll('\u0000', '')}`, 'must not contain U+0000')
   }
 }
 

@@ -44,13 +44,7 @@ export function sseResponse(
     completeIdempotency(deps.redis, state, idempotent.status, JSON.stringify(idempotent.body), { 'content-type': 'application/json' }, deps.log).catch(() => {})
   }
   // A streamed write (a run triggered with Accept: text/event-stream) is in the audit trail too.
-  if (state.audit) {
-    const pending = state.audit
-    state.audit = undefined
-    recordAudit(deps, pending, state.caller!, state.id, 200, idempotent?.body).catch((err) =>
-      deps.log.error({ request_id: state.id, err, action: pending.action }, 'the audit record of a write failed'),
-    )
-  }
+  void recordAudit(deps, state, 200, idempotent?.body)
   const iterator = events[Symbol.asyncIterator]()
   const onAbort = () => abort.abort()
   request.signal?.addEventListener('abort', onAbort, { once: true })
