@@ -9,13 +9,50 @@ import { countTokens as count, encode } from 'gpt-tokenizer/encoding/o200k_base'
 // as a special token (the library's default throws).
 const ASIS = { disallowedSpecial: new Set<string>() }
 
+/**
+ * The longest run of non-space characters tokenized in one piece. The library's BPE is quadratic in
+ * the length of one pre-token piece (a "word"): 100 000 letters without a space took 23 s of the
+ * event loop, 200 000 took 74 s; a hostile chat message or upload could hold the process that long.
+ * Longer runs are cut into pieces of this size, each tokenized alone (1 MB of one "word": ~5 ms).
+ * Ordinary text has no such runs and is tokenized exactly as before; a run that is cut counts within
+ * a token or so per cut of what the whole run would.
+ */
+export const MAX_RUN = 256
+const LONG_RUN = new RegExp(`\\S{${MAX_RUN + 1},}`, 'g')
+
+/**
+ * `text` in consecutive parts, in order, none holding a run of more than MAX_RUN non-space
+ * characters (a cut never falls inside a surrogate pair). Usually one part: the text itself.
+ */
+export function* boundedParts(text: string): Generator<string> {
+  let at = 0
+  // matchAll works on a copy of the expression: generators interleaved never share its lastIndex.
+  for (const m of text.matchAll(LONG_RUN)) {
+    if (m.index > at) yield text.slice(at, m.index)
+    const end = m.index + m[0].length
+    for (let i = m.index; i < end; ) {
+      let cut = Math.min(i + MAX_RUN, end)
+      const c = text.charCodeAt(cut - 1)
+      if (cut < end && c >= 0xd800 && c <= 0xdbff) cut--
+      yield text.slice(i, cut)
+      i = cut
+    }
+    at = end
+  }
+  if (at < text.length) yield at === 0 ? text : text.slice(at)
+}
+
 export function countTokens(text: string): number {
-  return text.length === 0 ? 0 : count(text, ASIS)
+  let n = 0
+  for (const part of boundedParts(text)) n += count(part, ASIS)
+  return n
 }
 
 /** The token ids (for tools that cut text to a token budget). */
 export function tokenize(text: string): number[] {
-  return encode(text, ASIS)
+  const out: number[] = []
+  for (const part of boundedParts(text)) for (const t of encode(part, ASIS)) out.push(t)
+  return out
 }
 
 /** Tokens of a chat prompt: content plus OpenAI's per-message overhead (3) and reply priming (3). */

@@ -1,5 +1,5 @@
 import { decode, encode, encodeGenerator } from 'gpt-tokenizer/encoding/o200k_base'
-import { countChatTokens, countTokens } from '../../../lib/tokens'
+import { boundedParts, countChatTokens, countTokens } from '../../../lib/tokens'
 import type { ChatChunk, ChatCompletion, ChatMessage, ChatRequest, FinishReason, ToolDefinition, Usage } from '../types'
 import { hashRange } from './embed'
 import { bm25, contentTerms, terms } from './rerank'
@@ -239,7 +239,7 @@ const AS_TEXT = { disallowedSpecial: new Set<string>() }
 function tokenPieces(text: string): { text: string; tokens: number }[] {
   const out: { text: string; tokens: number }[] = []
   if (text.length === 0) return out
-  for (const tokens of encodeGenerator(text, AS_TEXT)) {
+  for (const tokens of boundedParts(text).flatMap((part) => encodeGenerator(part, AS_TEXT))) {
     const piece = decode(tokens)
     if (tokens.length === 1 || piece.length > 64) {
       out.push({ text: piece, tokens: tokens.length })

@@ -1,0 +1,75 @@
+import { describe, expect, test } from 'bun:test'
+import { countTokens as libraryCount } from 'gpt-tokenizer/encoding/o200k_base'
+import { chunkDocument, DEFAULT_CHUNKING } from '../../src/domain/knowledge/chunk'
+import { localChat, localChatStream } from '../../src/domain/models/local/chat'
+import { boundedParts, countChatTokens, countTokens, MAX_RUN, tokenize } from '../../src/lib/tokens'
+
+/**
+ * The tokenizer's bound on one "word" (issue 9, hostile input): the library's BPE is quadratic in the
+ * length of a run without spaces, so 200 000 letters held the event loop for 74 s. Each test below
+ * with a long run would take minutes without the bound, and so fails on the test's time limit.
+ */
+const LONG = 'x'.repeat(1_000_000)
+const ASIS = { disallowedSpecial: new Set<string>() }
+
+describe('boundedParts', () => {
+  test('ordinary text is one part, itself', () => {
+    const text = 'The office opens at 9 am. A URL like https://example.com/a/b?c=d stays whole.'
+    expect([...boundedParts(text)]).toEqual([text])
+    expect([...boundedParts('')]).toEqual([])
+  })
+
+  test('a long run is cut into pieces of at most MAX_RUN; the parts make the text again', () => {
+    const text = `before ${'ab'.repeat(700)} between ${'9'.repeat(300)}\nafter`
+    const parts = [...boundedParts(text)]
+    expect(parts.join('')).toBe(text)
+    for (const part of parts) for (const run of part.match(/\S+/g) ?? []) expect(run.length).toBeLessThanOrEqual(MAX_RUN)
+    expect(parts.length).toBe(11)
+  })
+
+  test('a cut never splits a surrogate pair', () => {
+    // 'a' then emoji (2 code units each): the MAX_RUN-th code unit is a high surrogate.
+    const text = `a${'😀'.repeat(400)}`
+    const parts = [...boundedParts(text)]
+    expect(parts.join('')).toBe(text)
+    for (const part of parts) {
+      expect(part.isWellFormed()).toBe(true)
+      expect(part.length).toBeLessThanOrEqual(MAX_RUN)
+    }
+  })
+})
+
+describe('counts', () => {
+  test('ordinary text counts exactly as the library does', () => {
+    const text = 'Our office is in Lisbon. It opens at 9 am on weekdays; the cafeteria serves lunch from noon. 😀 <|endoftext|>'
+    expect(countTokens(text)).toBe(libraryCount(text, ASIS))
+    expect(tokenize(text).length).toBe(countTokens(text))
+  })
+
+  test('a million characters without a space is counted at once, close to the whole run', () => {
+    expect(countTokens(LONG)).toBe(125_000)
+    expect(tokenize(LONG).length).toBe(125_000)
+    // Cut or not, a run of 2 000 counts within a token per cut of the library's own count.
+    const run = 'qwertyuiop'.repeat(200)
+    expect(Math.abs(countTokens(run) - libraryCount(run, ASIS))).toBeLessThanOrEqual(Math.ceil(run.length / MAX_RUN))
+  })
+
+  test('a chat prompt of one huge word is counted', () => {
+    expect(countChatTokens([{ role: 'user', content: LONG }])).toBe(125_000 + 6)
+  })
+
+  test('local-chat answers and streams a context of one huge word', async () => {
+    const req = { model: 'local-chat', messages: [{ role: 'system' as const, content: `${LONG} ends here.` }, { role: 'user' as const, content: 'what ends here?' }], max_tokens: 50 }
+    const answer = localChat(req)
+    expect(answer.usage.prompt_tokens).toBeGreaterThan(125_000)
+    let chunks = 0
+    for await (const _ of localChatStream(req, new AbortController().signal)) chunks++
+    expect(chunks).toBeGreaterThan(1)
+  })
+
+  test('a document of one huge word is chunked to the chunk size', () => {
+    const chunks = chunkDocument({ blocks: [{ kind: 'text', text: LONG.slice(0, 200_000) }] }, DEFAULT_CHUNKING)
+    expect(chunks.length).toBeGreaterThan(1)
+    for (const c of chunks) expect(c.tokens).toBeLessThanOrEqual(DEFAULT_CHUNKING.chunk_size)
+  })
+})
