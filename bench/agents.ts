@@ -14,9 +14,9 @@
  * answered with the same 20-message history; the model is priced, so each turn also writes the
  * ledger. Environment: AGENTS_TURNS (300 per path), AGENTS_WARMUP (100 per path).
  */
-import { mkdirSync, writeFileSync } from 'node:fs'
+import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { freePort, log, startFakeProvider, machine, percentile, randomBase62, removeDir, sourceVersion, startServer, tempDir, whenInterrupted } from './lib'
+import { freePort, log, startFakeProvider, machine, percentile, randomBase62, removeDir, sourceVersion, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
 
 const TURNS = Number(process.env.AGENTS_TURNS ?? 300)
 const WARMUP = Number(process.env.AGENTS_WARMUP ?? 100)
@@ -162,9 +162,16 @@ async function main() {
   log(`(a) sync turn: service p50 ${as.p50} ms p99 ${as.p99}; direct p50 ${ad.p50} p99 ${ad.p99}; overhead p50 ${results.sync_turn.overhead_p50_ms} ms`)
   log(`(b) first message event: service p50 ${bs.p50} ms p99 ${bs.p99}; direct first chunk p50 ${bd.p50} p99 ${bd.p99}; overhead p50 ${results.first_message_event.overhead_p50_ms} ms`)
   process.stdout.write(`${JSON.stringify(results, null, 2)}\n`)
-  const dir = join(import.meta.dir, 'results')
-  mkdirSync(dir, { recursive: true })
-  writeFileSync(join(dir, 'agents-latest.json'), `${JSON.stringify(results, null, 2)}\n`)
+  // The summary table's rows: one per target of the header comment, with the same pass conditions.
+  const ms = (n: number) => `${n.toFixed(1)} ms`
+  const diff = (n: number) => `${n >= 0 ? '+' : ''}${ms(n)}`
+  const rows: Row[] = [
+    { figure: '(a) synchronous turn, 20-message history, p50', measured: `p50 ${ms(as.p50)}`, ceiling: `provider direct p50 ${ms(ad.p50)} (same upstream request, to its end)`, share: diff(results.sync_turn.overhead_p50_ms), target: '< +10 ms', result: verdict(results.pass.sync_overhead) },
+    { figure: '(a) synchronous turn, 20-message history, p99', measured: `p99 ${ms(as.p99)}`, ceiling: `provider direct p99 ${ms(ad.p99)}`, share: diff(results.sync_turn.overhead_p99_ms), target: '', result: 'info' },
+    { figure: '(b) streamed turn, first message event, p50', measured: `p50 ${ms(bs.p50)}`, ceiling: `provider direct first chunk p50 ${ms(bd.p50)}`, share: diff(results.first_message_event.overhead_p50_ms), target: '< +5 ms', result: verdict(results.pass.first_event) },
+    { figure: '(b) streamed turn, first message event, p99', measured: `p99 ${ms(bs.p99)}`, ceiling: `provider direct first chunk p99 ${ms(bd.p99)}`, share: diff(results.first_message_event.overhead_p99_ms), target: '', result: 'info' },
+  ]
+  writeResults('agents', results, rows)
 }
 
 try {

@@ -13,10 +13,9 @@
  *
  * Environment: CONSOLE_VISITS (30 per subject).
  */
-import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { chromium, type Browser } from 'playwright-core'
-import { freePort, log, machine, percentile, randomBase62, removeDir, sourceVersion, startServer, tempDir, whenInterrupted } from './lib'
+import { freePort, log, machine, percentile, randomBase62, removeDir, sourceVersion, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
 
 const VISITS = Number(process.env.CONSOLE_VISITS ?? 30)
 const CHROMIUM = '/usr/bin/chromium'
@@ -95,8 +94,18 @@ try {
     return [k, { p50: Math.round(percentile(s, 50)), p90: Math.round(percentile(s, 90)), max: Math.round(s.at(-1)!) }]
   }))
   const result = { when: new Date().toISOString(), ...sourceVersion(), machine: machine(), visits: VISITS, ms: stats, target: { first_paint_ms: 1000 } }
-  mkdirSync(join(import.meta.dir, 'results'), { recursive: true })
-  writeFileSync(join(import.meta.dir, 'results', 'console-latest.json'), JSON.stringify(result, null, 2))
+  const paint = stats.paint!
+  const ceiling = stats.ceiling!
+  const diff = (n: number) => `${n < 0 ? '-' : '+'}${Math.abs(n)}`
+  const rows: Row[] = [{
+    figure: `first contentful paint of /console, ${VISITS} cold visits`,
+    measured: `p50 ${paint.p50} ms, p90 ${paint.p90} ms`,
+    ceiling: `bare page p50 ${ceiling.p50} ms, p90 ${ceiling.p90} ms`,
+    share: `${diff(paint.p50 - ceiling.p50)} / ${diff(paint.p90 - ceiling.p90)} ms`,
+    target: 'p90 < 1 000 ms',
+    result: verdict(paint.p90 < 1000),
+  }]
+  writeResults('console', result, rows)
   log(`console, ${VISITS} cold visits each (ms: p50 / p90 / max)`)
   for (const [k, s] of Object.entries(stats)) log(`  ${k.padEnd(11)} ${s.p50} / ${s.p90} / ${s.max}`)
   log(`  first paint p90 ${stats.paint!.p90} ms: ${stats.paint!.p90 < 1000 ? 'PASS' : 'MISS'} (< 1000 ms); ceiling p50 ${stats.ceiling!.p50} ms`)

@@ -23,9 +23,9 @@
  * (topical or random, the big base's text), DOCS (2000), WARMUP_DOCS (200), CONCURRENCY (16), CHUNKS (100000), SEARCH_SECONDS
  * (10), SEARCH_CONNECTIONS (8). With DATABASE_URL and REDIS_URL set it runs in server mode instead
  * (a fresh database, Redis database 15; the direct phases through a pool of 10). Writes
- * bench/results/knowledge-<mode>-latest.json.
+ * bench/results/knowledge-latest.json (knowledge-server-latest.json in server mode).
  */
-import { mkdirSync, writeFileSync } from 'node:fs'
+import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { DEFAULT_CHUNKING, chunkDocument } from '../src/domain/knowledge/chunk'
 import { applyDocumentEvents } from '../src/domain/knowledge/documents'
@@ -36,7 +36,7 @@ import { DOCUMENT_MACHINE_VERSION, documentMachine, type DocumentContext } from 
 import { start, type Persisted } from '../src/machines/runner'
 import { openEmbedded, openPostgres, type Database } from '../src/store/db'
 import * as store from '../src/store/knowledge'
-import { freePort, killAll, log, machine, machineCpuMs, percentile, processCpuMs, randomBase62, removeDir, sourceVersion, startServer, tempDir, whenInterrupted, wrk, type Server } from './lib'
+import { freePort, killAll, log, machine, machineCpuMs, percentile, processCpuMs, randomBase62, removeDir, share, sourceVersion, startServer, tempDir, verdict, whenInterrupted, wrk, writeResults, type Row, type Server } from './lib'
 
 const DOCS = Number(process.env.DOCS ?? 2000)
 const WARMUP_DOCS = Number(process.env.WARMUP_DOCS ?? 200)
@@ -484,9 +484,41 @@ async function main() {
     },
   }
   process.stdout.write(`${JSON.stringify(results, null, 2)}\n`)
-  const dir = join(import.meta.dir, 'results')
-  mkdirSync(dir, { recursive: true })
-  writeFileSync(join(dir, `knowledge-${SERVER ? 'server' : 'embedded'}-latest.json`), `${JSON.stringify(results, null, 2)}\n`)
+  const count = (n: number) => n.toLocaleString('en')
+  const ms = (n: number) => `${n.toFixed(1)} ms`
+  const tag = SERVER ? '[server] ' : ''
+  type Search = { rate: number; p99_ms: number }
+  const searchRow = (what: string, s: Search, ceil: Search, connections: number, withShare: boolean): Row => ({
+    figure: `${tag}(b) search, ${count(CHUNKS)} chunks, ${what}, ${connections} connection${connections === 1 ? '' : 's'}`,
+    measured: `p99 ${ms(s.p99_ms)}, ${count(s.rate)}/s`,
+    ceiling: `(b') direct SQL p99 ${ms(ceil.p99_ms)}, ${count(ceil.rate)}/s`,
+    share: share(s.rate, ceil.rate),
+    target: withShare ? 'p99 < 50 ms, ≥ 70 %' : 'p99 < 50 ms',
+    result: verdict(s.p99_ms < 50 && (!withShare || s.rate >= 0.7 * ceil.rate)),
+  })
+  const rows: Row[] = [
+    {
+      figure: `${tag}(a) ingestion, ${count(DOCS)} documents`,
+      measured: `${count(a.chunks_per_s)} chunks/s`,
+      ceiling: `(a') store alone ${count(a2.chunks_per_s)} chunks/s`,
+      share: share(a.chunks_per_s, a2.chunks_per_s),
+      target: '≥ 1 000 chunks/s',
+      result: verdict(results.pass.chunks_per_s),
+    },
+    searchRow('no filter', plain, plainCeil, SEARCH_CONNECTIONS, true),
+    searchRow('1 % filter', filtered, filteredCeil, SEARCH_CONNECTIONS, true),
+    searchRow('no filter', plain1, plainCeil1, 1, false),
+    searchRow('1 % filter', filtered1, filteredCeil1, 1, false),
+    {
+      figure: `${tag}(c) recall@10, HNSW against exact, ${count(c.queries)} queries`,
+      measured: c.recall_at_10 === null ? 'skipped' : c.recall_at_10.toFixed(3),
+      ceiling: '',
+      share: '',
+      target: '≥ 0.95',
+      result: c.recall_at_10 === null ? 'info' : verdict(results.pass.recall),
+    },
+  ]
+  log(`written to ${writeResults(SERVER ? 'knowledge-server' : 'knowledge', results, rows)}`)
 }
 
 try {

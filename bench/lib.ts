@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { availableParallelism, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
@@ -404,4 +404,45 @@ export async function startFakeProvider(models: Record<string, { tokens: number;
     while (!(await reader.read()).done);
   })()
   return { url: /listening (\S+)/.exec(out)![1]!, pid: child.pid, stop: () => child.kill('SIGTERM') }
+}
+
+/**
+ * One line of the table `bun run bench` writes to bench/README.md: a figure beside its ceiling
+ * (measured in the same run) and its target. Every suite puts its lines in its results file as
+ * `rows`, so the summary needs no knowledge of each suite's own result shape.
+ */
+export interface Row {
+  /** What is measured, with its letter as the suite's header comment names it. */
+  figure: string
+  /** The figure itself, with its unit ("438 chunks/s", "p99 42.8 ms"). */
+  measured: string
+  /** What the same work costs without the service around it, measured in the same run; '' if none. */
+  ceiling: string
+  /** measured as a share of the ceiling, or the difference from it ("62.0 %", "+0.80 ms"); '' if none. */
+  share: string
+  /** The issue's target ("≥ 1 000 chunks/s"); '' for a figure shown for context only. */
+  target: string
+  /** 'info' when there is no target. */
+  result: 'pass' | 'missed' | 'info'
+}
+
+export function verdict(pass: boolean): Row['result'] {
+  return pass ? 'pass' : 'missed'
+}
+
+/** "12.3 %" of a over b. */
+export function share(a: number, b: number): string {
+  return b > 0 ? `${((100 * a) / b).toFixed(1)} %` : ''
+}
+
+/**
+ * Writes bench/results/<name>-latest.json: the suite's own results with its table `rows` and the
+ * time it was written (the summary refuses a file older than its own start).
+ */
+export function writeResults(name: string, results: object, rows: Row[]): string {
+  const dir = join(import.meta.dir, 'results')
+  mkdirSync(dir, { recursive: true })
+  const file = join(dir, `${name}-latest.json`)
+  writeFileSync(file, `${JSON.stringify({ suite: name, written_at: new Date().toISOString(), rows, ...results }, null, 2)}\n`)
+  return file
 }

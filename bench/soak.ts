@@ -9,9 +9,9 @@
  * after warm-up, no steady climb) and p99 latency of every minute within 2× of the first minute's.
  * Also printed: requests per minute, errors (must be 0), the receiver's deliveries.
  */
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { freePort, log, machine, percentile, randomBase62, removeDir, sourceVersion, startServer, tempDir, whenInterrupted } from './lib'
+import { freePort, log, machine, percentile, randomBase62, removeDir, sourceVersion, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
 
 const SECONDS = Number(process.env.SOAK_SECONDS ?? 180)
 const CONCURRENCY = Number(process.env.SOAK_CONCURRENCY ?? 8)
@@ -146,12 +146,41 @@ const result = {
   errors,
   verdict: { p99_worst_over_first: Math.round(p99Ratio * 100) / 100, rss_last_over_first: Math.round(rssGrowth * 100) / 100 },
 }
-mkdirSync(join(import.meta.dir, 'results'), { recursive: true })
-writeFileSync(join(import.meta.dir, 'results', 'soak-latest.json'), JSON.stringify(result, null, 2))
+const worst = Math.max(...summary.map((s) => s.p99_ms))
+const requests = summary.reduce((a, s) => a + s.requests + s.errors, 0)
+const errorCount = summary.reduce((a, s) => a + s.errors, 0)
+const traffic = `${SECONDS} s, ${CONCURRENCY} clients`
+const rows: Row[] = [
+  {
+    figure: `p99 latency, worst minute / first minute (${traffic})`,
+    measured: `${p99Ratio.toFixed(2)}× (${worst.toFixed(1)} / ${first.p99_ms.toFixed(1)} ms)`,
+    ceiling: '',
+    share: '',
+    target: '≤ 2×',
+    result: verdict(p99Ratio <= 2),
+  },
+  {
+    figure: `service RSS, end / first minute (${traffic})`,
+    measured: `${rssGrowth.toFixed(2)}× (${last.rss_mb.last} / ${first.rss_mb.last} MB)`,
+    ceiling: '',
+    share: '',
+    target: 'flat: ≤ 1.25×',
+    result: verdict(rssGrowth <= 1.25),
+  },
+  {
+    figure: `errors (${traffic})`,
+    measured: `${errorCount.toLocaleString('en')} of ${requests.toLocaleString('en')} requests`,
+    ceiling: '',
+    share: '',
+    target: '0',
+    result: verdict(errorCount === 0),
+  },
+]
+writeResults('soak', result, rows)
 for (const s of summary) log(`  minute ${s.minute}: ${s.requests} requests, ${s.errors} errors, p50 ${s.p50_ms} ms, p99 ${s.p99_ms} ms, RSS ${s.rss_mb.first} → ${s.rss_mb.last} MB (max ${s.rss_mb.max})`)
 log(`  p99 worst minute / first: ${result.verdict.p99_worst_over_first}× (target ≤ 2×) ${p99Ratio <= 2 ? 'PASS' : 'MISS'}`)
 log(`  RSS last / first minute: ${result.verdict.rss_last_over_first}× (target ≤ 1.25×) ${rssGrowth <= 1.25 ? 'PASS' : 'MISS'}`)
-log(`  webhook deliveries received: ${deliveries}; errors: ${summary.reduce((a, s) => a + s.errors, 0)}${errors.length ? ` (${errors.join(' | ')})` : ''}`)
+log(`  webhook deliveries received: ${deliveries}; errors: ${errorCount}${errors.length ? ` (${errors.join(' | ')})` : ''}`)
 await service.stop()
 receiver.stop(true)
 removeDir(work)
