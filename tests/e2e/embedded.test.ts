@@ -65,6 +65,31 @@ async function workspaceNames(sp: ServiceProcess): Promise<string[]> {
   return res.body.data.map((w: { name: string }) => w.name).sort()
 }
 
+/** Sends `text` on a raw connection; what came back once the server closes it (or after 10 s). */
+async function rawExchange(port: number, text: string): Promise<string> {
+  let response = ''
+  let closed = false
+  const socket = await Bun.connect({
+    hostname: '127.0.0.1',
+    port,
+    socket: {
+      data(_s, chunk) {
+        response += chunk.toString()
+      },
+      close() {
+        closed = true
+      },
+      error() {
+        closed = true
+      },
+    },
+  })
+  socket.write(text)
+  await waitFor(() => closed || /\r\n\r\n/.test(response), { timeoutMs: 10_000, what: 'an answer on the raw connection' })
+  socket.end()
+  return response
+}
+
 describe('embedded default as a subprocess', () => {
   test('a bad PORT stops start-up with a message naming PORT', async () => {
     const { code, output } = await runToExit({ env: { ...EMBEDDED, DATA_DIR: join(tmp, 'never-used'), PORT: 'abc' } })
@@ -112,6 +137,13 @@ describe('embedded default as a subprocess', () => {
     const got = await call(sp, 'GET', `/v1/workspaces/${firstWorkspace}`)
     expect(got.status).toBe(200)
     expect(got.body.data).toMatchObject({ id: firstWorkspace, name: 'First', owner_id: 'root' })
+
+    // Enormous headers (hardening, issue 9): refused by the HTTP parser with 431, the process goes on.
+    const big = await rawExchange(sp.port, `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(200_000)}\r\n\r\n`)
+    expect(big.split('\r\n')[0]).toBe('HTTP/1.1 431 Request Header Fields Too Large')
+    const many = await rawExchange(sp.port, `GET /healthz HTTP/1.1\r\nHost: x\r\n${Array.from({ length: 2000 }, (_, i) => `X-H${i}: v\r\n`).join('')}\r\n`)
+    expect(many.split('\r\n')[0]).toBe('HTTP/1.1 431 Request Header Fields Too Large')
+    expect((await call(sp, 'GET', '/healthz', { key: null })).status).toBe(200)
 
     // Leave it running for the next step.
     running = sp
