@@ -32,6 +32,7 @@ const Env = Type.Object({
   RATE_LIMIT_PER_SECOND: Type.Optional(Int()),
   RATE_LIMIT_BURST: Type.Optional(Int()),
   SHUTDOWN_TIMEOUT_MS: Type.Optional(Int()),
+  SSE_HEARTBEAT_MS: Type.Optional(Int()),
   LOG_LEVEL: Type.Optional(
     Type.Union(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l))),
   ),
@@ -61,6 +62,8 @@ export interface Config {
   maxJsonBytes: number
   rateLimit: { perSecond: number; burst: number }
   shutdownTimeoutMs: number
+  /** A comment on a quiet event stream this often (0: never). */
+  sseHeartbeatMs: number
   logLevel: string
 }
 
@@ -119,6 +122,8 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     // enough that one runaway client cannot starve the 2-core default deployment.
     rateLimit: { perSecond: int('RATE_LIMIT_PER_SECOND', 50, 1), burst: int('RATE_LIMIT_BURST', 100, 1) },
     shutdownTimeoutMs: int('SHUTDOWN_TIMEOUT_MS', 10_000),
+    // Under Bun's idle time-out (30 s, which closes a connection that sent nothing) and proxies' (60 s).
+    sseHeartbeatMs: int('SSE_HEARTBEAT_MS', 15_000, 0, 25_000),
     logLevel: env.LOG_LEVEL ?? 'info',
   }
 }

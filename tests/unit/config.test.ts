@@ -35,6 +35,7 @@ test('an empty environment gives the defaults of CONTRACT 11', () => {
     maxJsonBytes: 1_048_576,
     rateLimit: { perSecond: 50, burst: 100 },
     shutdownTimeoutMs: 10_000,
+    sseHeartbeatMs: 15_000,
     logLevel: 'info',
   })
 })

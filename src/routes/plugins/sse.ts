@@ -13,6 +13,8 @@ export interface SseEvent {
 }
 
 const encoder = new TextEncoder()
+/** An SSE comment: clients ignore it (the SSE spec; OpenAI's SDKs and eventsource-parser alike). */
+const HEARTBEAT = encoder.encode(': keep-alive\n\n')
 
 /**
  * A server-sent events answer. Pulled, not pushed: the next event is produced only when the client
@@ -51,9 +53,15 @@ export function sseResponse(
   let ended = false
   // Kept only for a request with an Idempotency-Key (what its retries replay).
   let sent = replay && state.idem ? '' : null
+  // A stream quiet for longer than the server's idle time-out (Bun's, 30 s) or a proxy's would be cut
+  // (a run waiting in a `wait` node sends nothing for minutes): a comment goes out whenever nothing
+  // did for a whole interval. Not part of a replay.
+  let quiet = true
+  let heartbeat: ReturnType<typeof setInterval> | undefined
   const end = (complete = false) => {
     if (ended) return
     ended = true
+    clearInterval(heartbeat)
     request.signal?.removeEventListener('abort', onAbort)
     const seconds = (performance.now() - state.start) / 1000
     deps.metrics.observe(request.method, route, 200, seconds)
@@ -67,6 +75,13 @@ export function sseResponse(
     }
   }
   const body = new ReadableStream<Uint8Array>({
+    start(controller) {
+      if (deps.config.sseHeartbeatMs <= 0) return
+      heartbeat = setInterval(() => {
+        if (quiet && !ended) controller.enqueue(HEARTBEAT)
+        quiet = true
+      }, deps.config.sseHeartbeatMs)
+    },
     async pull(controller) {
       try {
         const { value, done } = await iterator.next()
@@ -77,6 +92,7 @@ export function sseResponse(
         }
         const text = `${value.id ? `id: ${value.id}\n` : ''}${value.event ? `event: ${value.event}\n` : ''}data: ${value.data}\n\n`
         if (sent !== null) sent += text
+        quiet = false
         controller.enqueue(encoder.encode(text))
       } catch (err) {
         end()
