@@ -78,7 +78,12 @@ export function sseResponse(
     start(controller) {
       if (deps.config.sseHeartbeatMs <= 0) return
       heartbeat = setInterval(() => {
-        if (quiet && !ended) controller.enqueue(HEARTBEAT)
+        try {
+          if (quiet && !ended) controller.enqueue(HEARTBEAT)
+        } catch {
+          // Closed under us (the client left between two ticks): end() clears the interval.
+          clearInterval(heartbeat)
+        }
         quiet = true
       }, deps.config.sseHeartbeatMs)
     },
