@@ -13,7 +13,7 @@ const ASIS = { disallowedSpecial: new Set<string>() }
  * The longest run of non-space characters tokenized in one piece. The library's BPE is quadratic in
  * the length of one pre-token piece (a "word"): 100 000 letters without a space took 23 s of the
  * event loop, 200 000 took 74 s; a hostile chat message or upload could hold the process that long.
- * Longer runs are cut into pieces of this size, each tokenized alone (1 MB of one "word": ~5 ms).
+ * Longer runs are cut into pieces of this size, each tokenized alone (1 MB of one "word": ~20 ms).
  * Ordinary text has no such runs and is tokenized exactly as before; a run that is cut counts within
  * a token or so per cut of what the whole run would.
  */
@@ -39,7 +39,7 @@ export function* boundedParts(text: string): Generator<string> {
     }
     at = end
   }
-  if (at < text.length) yield at === 0 ? text : text.slice(at)
+  if (at < text.length) yield text.slice(at)
 }
 
 export function countTokens(text: string): number {
