@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { strToU8, unzipSync, zipSync } from 'fflate'
 import { parseDocument, ParseError } from '../../src/domain/knowledge/parse'
-import { DOCX_MAX_UNPACKED_BYTES } from '../../src/domain/knowledge/parse/docx'
+import { DOCX_MAX_UNPACKED_BYTES, refuseLyingZip } from '../../src/domain/knowledge/parse/docx'
 import { parsePdf } from '../../src/domain/knowledge/parse/pdf'
 import { cleanFileName } from '../../src/domain/knowledge/upload'
 
@@ -43,7 +43,22 @@ describe('zip bombs in DOCX', () => {
     expect(err.message).toMatch(/in 100\d\d parts.*zip bomb/)
   })
 
+  test('a directory that understates a part\'s size: refused while the part is inflated, before it is whole', async () => {
+    // 8 MB of zeros (a few KB compressed) whose directory says 1 KB: the directory sum passes.
+    const zip = declareSize(docxWith({ 'word/media/lying.bin': new Uint8Array(8 * 1024 * 1024) }), 'word/media/lying.bin', 1024)
+    const limit = 1024 * 1024
+    const err = await failure(refuseLyingZip(zip, limit))
+    expect(err.code).toBe('parse_error')
+    expect(err.message).toBe(`the Word document unpacks to more than ${limit} bytes, more than its zip directory says: refused as a zip bomb`)
+    // The same zip within the limit is inflated whole; the reader then finds the size mismatch.
+    const whole = await failure(refuseLyingZip(zip, 64 * 1024 * 1024))
+    expect(whole.message).toStartWith('the Word document could not be read: ')
+    // Through the parser, with the real limit: a clear parse error, never mammoth's output.
+    expect((await failure(parseDocument('docx', zip))).code).toBe('parse_error')
+  })
+
   test('the fixture itself passes the check and is read', async () => {
+    await refuseLyingZip(new Uint8Array(DOCX), 1024 * 1024)
     const parsed = await parseDocument('docx', new Uint8Array(DOCX))
     expect(parsed.blocks.length).toBeGreaterThan(0)
   })
