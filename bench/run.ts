@@ -1,7 +1,7 @@
 import { join } from 'node:path'
 import {
   combine, describe, freePort, killAll, log, machine, measureOnce, randomBase62, removeDir, run, sourceVersion, startServer, tail, tempDir, whenInterrupted,
-  verdict, writeResults, type LoadShape, type Measurement, type Round, type Row, type Server, type WrkOptions,
+  share, verdict, writeResults, type LoadShape, type Measurement, type Round, type Row, type Server, type WrkOptions,
 } from './lib'
 
 /**
@@ -190,7 +190,6 @@ interface Figure {
 function report() {
   const m = measurements
   const rate = (r: Measurement) => `${r.rps.toLocaleString('en')}/s p50 ${r.p50} p99 ${r.p99} ms`
-  const pct = (a: number, b: number) => `${((100 * a) / b).toFixed(1)} %`
   const cpu = (s: Measurement, c: Measurement) => `${s.server_cpu_us_per_req} vs ${c.server_cpu_us_per_req} µs`
   const valid = (...rs: Measurement[]) => rs.every((r) => r.errors === 0)
   const figures: Figure[] = []
@@ -199,7 +198,7 @@ function report() {
       figure: `(a) GET /healthz [${level}]`,
       subject: rate(s),
       ceiling: `bare Bun ${rate(m.bare_bun!)}`,
-      ratio: pct(s.rps, m.bare_bun!.rps),
+      ratio: share(s.rps, m.bare_bun!.rps),
       target: '>= 60 %',
       pass: valid(s, m.bare_bun!) && s.rps >= 0.6 * m.bare_bun!.rps,
       cpu_per_request: cpu(s, m.bare_bun!),
@@ -209,7 +208,7 @@ function report() {
       figure: `(b) GET /v1/workspaces/{id} [${level}]`,
       subject: rate(s),
       ceiling: `direct SQL ${rate(m.direct_sql!)}`,
-      ratio: `${pct(s.rps, m.direct_sql!.rps)}, p99 ${s.p99} ms`,
+      ratio: `${share(s.rps, m.direct_sql!.rps)}, p99 ${s.p99} ms`,
       target: '>= 50 %, p99 < 10 ms',
       pass: valid(s, m.direct_sql!) && s.rps >= 0.5 * m.direct_sql!.rps && s.p99 < 10,
       cpu_per_request: cpu(s, m.direct_sql!),
@@ -222,7 +221,7 @@ function report() {
       figure,
       subject: rate(key),
       ceiling: `no key ${rate(plain)}`,
-      ratio: `p50 ${delta >= 0 ? '+' : ''}${delta} ms, rate ${pct(key.rps, plain.rps)}`,
+      ratio: `p50 ${delta >= 0 ? '+' : ''}${delta} ms, rate ${share(key.rps, plain.rps)}`,
       target: '< +1 ms at p50',
       pass: valid(key, plain) && delta < 1,
       cpu_per_request: cpu(key, plain),
