@@ -1,7 +1,7 @@
 import { describe, expect, test } from 'bun:test'
-import { type Chunk, type ChunkSettings, chunkDocument, DEFAULT_CHUNKING } from '../../src/domain/knowledge/chunk'
+import { type Chunk, type ChunkSettings, chunkDocument, DEFAULT_CHUNKING, TooManyChunks } from '../../src/domain/knowledge/chunk'
 import type { Block, ParsedDocument } from '../../src/domain/knowledge/parse'
-import { countTokens } from '../../src/lib/tokens'
+import { countTokens, tokenized } from '../../src/lib/tokens'
 
 const h = (text: string, level: number): Block => ({ kind: 'heading', text, level })
 const p = (text: string): Block => ({ kind: 'text', text })
@@ -383,5 +383,37 @@ describe('any settings in range terminate within the bound', () => {
       }
     }
     expect(problems).toEqual([])
+  })
+})
+
+describe('hostile size: linear work, bounded output', () => {
+  /** Characters the tokenizer read to chunk `text`: work that does not depend on the machine. */
+  function work(text: string, size = 256, overlap = 32): number {
+    const before = tokenized.chars
+    chunkDocument(doc(p(text)), settings(size, overlap))
+    return tokenized.chars - before
+  }
+
+  test.each([
+    ['one line of words (no line or sentence break)', (n: number) => 'word '.repeat(n)],
+    ['one run of letters (no separator at all)', (n: number) => 'q'.repeat(n * 5)],
+    ['sentences without line breaks', (n: number) => 'Short sentence here. '.repeat(n / 3)],
+  ])('%s: the tokenizer reads each character a few times, however long the text', (_, make) => {
+    // Before the fix every chunk of a line without breaks counted the whole rest of it: 8 000 words
+    // read ~60 times their length, 16 000 words ~120 times (1 MB: > 30 s of the event loop).
+    const small = work(make(8_000)) / make(8_000).length
+    const large = work(make(16_000)) / make(16_000).length
+    expect(small).toBeLessThan(6)
+    expect(large).toBeLessThan(6)
+    expect(large).toBeLessThan(small * 1.25)
+  })
+
+  test('maxChunks: chunking stops with TooManyChunks once a document would make more', () => {
+    const text = 'word '.repeat(20_000)
+    expect(chunkDocument(doc(p(text)), settings(256, 0), 100).length).toBe(79)
+    const before = tokenized.chars
+    expect(() => chunkDocument(doc(p(text.repeat(50))), settings(256, 0), 10)).toThrow(TooManyChunks)
+    // It stopped near the tenth chunk, not after cutting all 1 000 000 words.
+    expect(tokenized.chars - before).toBeLessThan(40_000)
   })
 })
