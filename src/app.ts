@@ -22,7 +22,11 @@ const documentation = {
     version: '1.0.0',
     description:
       'Conversational agents, workflows, knowledge bases, models, workspaces and signed webhooks behind one HTTPS API. ' +
-      'Every response carries request_id (and X-Request-Id); errors are { request_id, error: { code, message, param?, details? } }.',
+      'Every response carries request_id (and X-Request-Id); errors are { request_id, error: { code, message, param?, details? } }. ' +
+      'Request bodies are JSON sent as Content-Type: application/json (or a +json type) with no charset or charset=utf-8; ' +
+      'any other Content-Type, a body without one, and bytes that are not UTF-8 are 400 invalid_json. ' +
+      'The one exception is a file upload (multipart/form-data) to POST /v1/knowledge-bases/{id}/documents. ' +
+      'An empty body is no body, so actions that take none (archive, ping, cancel...) need no Content-Type (docs/api.md).',
   },
   components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'API key: ap_ followed by 40 base62 characters' } } },
   security: [{ bearer: [] }],

@@ -98,9 +98,9 @@ describe('upload types: 415 unsupported_media_type, nothing kept', () => {
     expectError(res, 400, 'invalid_json')
   })
 
-  test('a url-encoded form is checked as the JSON text upload: 400 validation_error naming type', async () => {
+  test('a url-encoded form is neither multipart nor JSON: 400 invalid_json (docs/api.md)', async () => {
     const res = await h.call('POST', `/v1/knowledge-bases/${kb}/documents`, { key: owner, raw: 'name=a.txt', headers: { 'content-type': 'application/x-www-form-urlencoded' } })
-    expectError(res, 400, 'validation_error', 'type')
+    expectError(res, 400, 'invalid_json')
   })
 })
 

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { createAgent, createWorkflow } from '../helpers/agents'
 import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '../helpers/harness'
 
 /**
@@ -11,6 +12,8 @@ let alice: string
 let seed: string
 let seedBefore: unknown
 let keysBefore: number
+let agent: string
+let workflow: string
 const created: string[] = []
 
 beforeAll(async () => {
@@ -22,6 +25,8 @@ beforeAll(async () => {
   expect((await h.call('POST', `/v1/workspaces/${seed}/members`, { key: alice, body: { user_id: 'bob', role: 'developer' } })).status).toBe(201)
   seedBefore = (await h.call('GET', `/v1/workspaces/${seed}`, { key: alice })).body.data
   keysBefore = await count('api_keys')
+  agent = (await createAgent(h, alice, seed)).id
+  workflow = await createWorkflow(h, alice, seed)
 }, 30_000)
 afterAll(() => h.close())
 
@@ -69,6 +74,9 @@ const rows: Row[] = [
   rawWs(`{"name":"Brackets","description":"${'{['.repeat(400)}"}`, 'brackets inside a string are not nesting', 201),
   // A byte order mark is tolerated (RFC 8259 section 8.1 allows ignoring it).
   rawWs('\uFEFF{"name":"Byte order mark"}', 'a leading byte order mark', 201),
+  // JSON labelled as JSON, however the label is spelled (docs/api.md, request bodies).
+  ...['application/json; charset=UTF-8', 'Application/JSON;charset="utf-8"', 'application/json; charset=utf8', 'application/vnd.api+json']
+    .map((type): Row => ({ ...rawWs(JSON.stringify({ name: `Typed ${type}` }), `Content-Type ${type}`, 201), headers: { 'content-type': type }, verbatim: { name: `Typed ${type}` } })),
   // Huge strings
   ws({ name: 'x'.repeat(100_000) }, 400, 'a 100 000 character name'),
   ws({ name: 'ok', description: 'd'.repeat(2001) }, 400, 'a description one over its limit'),
@@ -202,6 +210,107 @@ test('U+0000 in a query parameter is a 400 naming it, on every kind of route (fo
   const res = await h.call('GET', '/v1/webhooks?workspace_id=%00', { key: alice })
   expect(res.body.error.param).toBe('query.workspace_id')
   expect(res.body.error.message).toBe('query.workspace_id: must not contain U+0000')
+})
+
+/**
+ * Bodies are JSON labelled as JSON (docs/api.md, request bodies). A valid JSON body under any other
+ * label, or bytes that are not UTF-8, is 400 invalid_json on every route that takes a body, and
+ * creates nothing: each route's own list is read afterwards.
+ */
+describe('a body that is not JSON labelled as JSON', () => {
+  interface Target {
+    path: () => string
+    body: (tag: string) => Record<string, unknown>
+    /** How many resources the route made for `tag`, read through the API. */
+    made: (tag: string) => Promise<number>
+  }
+  const listed = async (path: string, named?: string, key: string | undefined = alice) => {
+    const res = await h.call('GET', path, { key })
+    expect(res.status).toBe(200)
+    return (res.body.data as { name?: string }[]).filter((item) => named === undefined || item.name === named).length
+  }
+  const targets: Record<string, Target> = {
+    'POST /v1/workspaces': {
+      path: () => '/v1/workspaces',
+      body: (tag) => ({ name: tag }),
+      made: (tag) => listed('/v1/workspaces?limit=100', tag),
+    },
+    'POST /v1/api-keys': {
+      path: () => '/v1/api-keys',
+      body: (tag) => ({ user_id: 'alice', name: tag }),
+      // Issued by the root key, so listed with it.
+      made: (tag) => listed('/v1/api-keys?user_id=alice&limit=100', tag, undefined),
+    },
+    'POST /v1/agents/{id}/chat': {
+      path: () => `/v1/agents/${agent}/chat`,
+      body: (tag) => ({ message: tag, user_id: 'alice' }),
+      made: () => listed(`/v1/agents/${agent}/conversations`),
+    },
+    'POST /v1/workflows/{id}/runs': {
+      path: () => `/v1/workflows/${workflow}/runs?async=true`,
+      body: (tag) => ({ inputs: { message: tag } }),
+      made: () => listed(`/v1/workflows/${workflow}/runs`),
+    },
+  }
+  // A Uint8Array body: a string would make fetch's Request add text/plain on its own.
+  const utf8 = (text: string) => new TextEncoder().encode(text)
+  const labels: [string, Record<string, string>][] = [
+    ['application/x-www-form-urlencoded', { 'content-type': 'application/x-www-form-urlencoded' }],
+    ['multipart/form-data', { 'content-type': 'multipart/form-data; boundary=x' }],
+    ['no Content-Type', {}],
+    ['application/json; charset=utf-16', { 'content-type': 'application/json; charset=utf-16' }],
+    ['application/json; charset=iso-8859-1', { 'content-type': 'application/json; charset=iso-8859-1' }],
+    ['text/json', { 'content-type': 'text/json' }],
+  ]
+  const json = { 'content-type': 'application/json' }
+  /** JSON whose string holds `bad` where the tag's last character was. */
+  const broken = (bad: number[]) => (text: string) => {
+    const at = text.lastIndexOf('"')
+    return new Uint8Array([...utf8(text.slice(0, at)), ...bad, ...utf8(text.slice(at))])
+  }
+  const encodings: [string, (text: string) => Uint8Array][] = [
+    ['a 0xFF byte', broken([0xff])],
+    ['a lead byte without its continuation', broken([0xc3, 0x28])],
+    ['an overlong "/"', broken([0xc0, 0xaf])],
+    ['a surrogate encoded in UTF-8', broken([0xed, 0xa0, 0x80])],
+    ['a truncated 4-byte sequence', broken([0xf0, 0x9f, 0x9a])],
+  ]
+  const rows = Object.keys(targets).flatMap((route) => [
+    ...labels.map(([label, headers]) => [route, label, headers, utf8] as const),
+    ...encodings.map(([what, encode]) => [route, `invalid UTF-8: ${what}`, json, encode] as const),
+  ])
+
+  test.each(rows)('%s with %s: 400 invalid_json, nothing made', async (route, label, headers, encode) => {
+    const target = targets[route]!
+    const tag = `Refused ${route} ${label}`
+    const before = await target.made(tag)
+    const res = await h.call('POST', target.path(), { key: route.includes('api-keys') ? undefined : alice, raw: encode(JSON.stringify(target.body(tag))), headers })
+    expect([res.status, res.body.error?.code]).toEqual([400, 'invalid_json'])
+    expect(res.body.request_id).toBe(res.headers.get('x-request-id'))
+    expect(await target.made(tag)).toBe(before)
+  })
+
+  test('the same bodies labelled application/json are taken (the rows above fail on the label alone)', async () => {
+    const tag = 'Accepted as JSON'
+    const res = await h.call('POST', targets['POST /v1/workspaces']!.path(), { key: alice, raw: utf8(JSON.stringify({ name: tag })), headers: json })
+    expect(res.status).toBe(201)
+    created.push(res.body.data.id)
+    expect(await targets['POST /v1/workspaces']!.made(tag)).toBe(1)
+  })
+
+  test('an action without a body needs no Content-Type; an empty body is no body, whatever its label', async () => {
+    const id = await workspaceOf(h, alice, 'Archived without a body')
+    created.push(id)
+    expect((await h.call('POST', `/v1/workspaces/${id}/archive`, { key: alice })).status).toBe(200)
+    expect((await h.call('POST', `/v1/workspaces/${id}/restore`, { key: alice, raw: '', headers: { 'content-type': 'text/plain' } })).status).toBe(200)
+    expect((await h.call('POST', `/v1/workspaces/${id}/archive`, { key: alice, raw: utf8('  \n') })).status).toBe(200)
+    const labelled = await h.call('POST', `/v1/workspaces/${id}/restore`, { key: alice, raw: '{}', headers: json })
+    expect(labelled.status).toBe(200)
+    // ...but a body it is sent must still be JSON labelled as JSON.
+    const form = await h.call('POST', `/v1/workspaces/${id}/archive`, { key: alice, raw: 'confirm=1', headers: { 'content-type': 'application/x-www-form-urlencoded' } })
+    expect([form.status, form.body.error?.code]).toEqual([400, 'invalid_json'])
+    expect((await h.call('GET', `/v1/workspaces/${id}`, { key: alice })).body.data.status).toBe('active')
+  })
 })
 
 test('afterwards: every table is intact and the earlier data is unchanged', async () => {

@@ -12,7 +12,7 @@ type Operation = {
 }
 type Doc = {
   openapi: string
-  info: { title: string; version: string }
+  info: { title: string; version: string; description?: string }
   tags: { name: string }[]
   security?: Record<string, string[]>[]
   components: { securitySchemes: Record<string, { type: string; scheme: string }> }
@@ -46,6 +46,18 @@ test('an OpenAPI 3 document, without authentication', () => {
   expect(doc.openapi).toMatch(/^3\.\d+\.\d+$/)
   expect(doc.info.title).toBeTruthy()
   expect(doc.info.version).toBeTruthy()
+})
+
+test('says how bodies must be sent (docs/api.md), and offers no media type but JSON save the upload', () => {
+  const description = doc.info.description ?? ''
+  expect(description).toContain('Content-Type: application/json')
+  expect(description).toContain('charset=utf-8')
+  expect(description).toMatch(/without one.*400 invalid_json/)
+  expect(description).toContain('multipart/form-data')
+  const offered = Object.entries(doc.paths).flatMap(([path, item]) =>
+    Object.entries(item).flatMap(([method, o]) => Object.keys(o.requestBody?.content ?? {}).map((type) => `${method.toUpperCase()} ${path} ${type}`)))
+  expect(offered.length).toBeGreaterThan(20)
+  expect(offered.filter((o) => !o.endsWith(' application/json'))).toEqual(['POST /v1/knowledge-bases/{id}/documents multipart/form-data'])
 })
 
 test('the app serves more than a handful of routes (the comparison below is not vacuous)', () => {

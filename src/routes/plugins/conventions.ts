@@ -10,9 +10,11 @@ import { completeIdempotency } from './idempotency'
 import { initState, pathOf, stateOf, type RequestState } from './request-state'
 
 const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
-const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json\b/i
-const FORM_TYPE = /^(multipart\/form-data|application\/x-www-form-urlencoded)\b/i
+/** `application/json` or a structured `+json` type (RFC 6839), parameters aside. */
+const JSON_TYPE = /^application\/([a-z0-9.!#$&^_-]+\+)?json$/i
 const MULTIPART_TYPE = /^multipart\/form-data\b/i
+/** Bytes that are not UTF-8 are refused, not replaced with U+FFFD; a leading byte order mark is dropped. */
+const UTF8 = new TextDecoder('utf-8', { fatal: true })
 /** The routes that take uploads (the only multipart bodies the API accepts). */
 const UPLOAD_PATH = /\/knowledge-bases\/[^/]+\/documents$/
 
@@ -103,8 +105,8 @@ export function conventions(deps: Deps) {
       set.headers['x-request-id'] = id
       if (request.method !== 'GET' && request.method !== 'HEAD') {
         const length = Number(request.headers.get('content-length') ?? 0)
-        const form = FORM_TYPE.test(request.headers.get('content-type') ?? '')
-        const limit = form ? config.maxUploadBytes + 65_536 : config.maxJsonBytes
+        const upload = MULTIPART_TYPE.test(request.headers.get('content-type') ?? '') && UPLOAD_PATH.test(state.path)
+        const limit = upload ? config.maxUploadBytes + 65_536 : config.maxJsonBytes
         if (length > limit) throw tooLarge(limit)
       }
       // Postgres text cannot hold U+0000: a query parameter carrying one is the client's error (400
@@ -113,19 +115,23 @@ export function conventions(deps: Deps) {
       if (state.path.startsWith(apiPrefix)) await authenticateRequest(deps, request, state, set)
     })
     .onParse({ as: 'global' }, async ({ request, contentType }) => {
-      // Multipart bodies are left for the route to stream (STREAMED_BODY); url-encoded forms go to
-      // Elysia's own parser; everything else must be JSON. Routes with a JSON body declare
-      // `parse: 'json'`, so a form sent to them fails there as invalid_json (and the OpenAPI document
-      // learns their media type).
+      // Multipart bodies to an upload route are left for the route to stream (STREAMED_BODY); every
+      // other body is JSON labelled as JSON (docs/api.md, request bodies). A form sent elsewhere is
+      // refused here: left to Elysia, a route declaring `parse: 'json'` would parse it as JSON.
       if (MULTIPART_TYPE.test(contentType) && UPLOAD_PATH.test(stateOf(request).path)) return STREAMED_BODY
-      if (FORM_TYPE.test(contentType)) return
-      const text = await request.text()
-      if (Buffer.byteLength(text) > config.maxJsonBytes) throw tooLarge(config.maxJsonBytes)
-      stateOf(request).raw = text
-      if (text.trim() === '') return null
-      if (contentType && !JSON_TYPE.test(contentType)) {
-        throw new AppError('invalid_json', `Content-Type ${contentType.split(';')[0]} is not supported here; send application/json`)
+      const bytes = await request.arrayBuffer()
+      if (bytes.byteLength > config.maxJsonBytes) throw tooLarge(config.maxJsonBytes)
+      let text: string
+      try {
+        text = UTF8.decode(bytes)
+      } catch {
+        throw new AppError('invalid_json', 'body is not valid UTF-8')
       }
+      stateOf(request).raw = text
+      // No body at all (a POST to /archive, /ping, /cancel...): whatever its Content-Type says.
+      if (text.trim() === '') return null
+      // Elysia's contentType stops at the first ';': the charset is in the header itself.
+      refuseNonJsonType(request.headers.get('content-type') ?? '')
       if (nestedTooDeep(text)) throw new AppError('invalid_json', `body is nested deeper than ${MAX_JSON_DEPTH} levels`)
       let body: unknown
       try {
@@ -166,6 +172,27 @@ export function conventions(deps: Deps) {
       const status = typeof set.status === 'number' ? set.status : 200
       return finish(request, set, status, response, route)
     })
+}
+
+/**
+ * A body must come as `application/json` (or a `+json` type), with no charset or `charset=utf-8`:
+ * JSON between systems is UTF-8 (RFC 8259 section 8.1), and a form or a body without a type is
+ * refused rather than guessed at.
+ */
+function refuseNonJsonType(contentType: string): void {
+  if (!contentType) throw new AppError('invalid_json', 'a request body needs Content-Type: application/json')
+  const [type = '', ...params] = contentType.split(';')
+  if (!JSON_TYPE.test(type.trim())) {
+    throw new AppError('invalid_json', `Content-Type ${type.trim()} is not supported here; send application/json`)
+  }
+  for (const param of params) {
+    const [name = '', value = ''] = param.split('=')
+    if (name.trim().toLowerCase() !== 'charset') continue
+    const charset = value.trim().replace(/^"(.*)"$/, '$1').toLowerCase()
+    if (charset !== 'utf-8' && charset !== 'utf8') {
+      throw new AppError('invalid_json', `charset ${charset || '(empty)'} is not supported; send application/json in UTF-8`)
+    }
+  }
 }
 
 /**
