@@ -74,7 +74,8 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
   const log = opts.log ?? createLogger(config.logLevel)
   // Before the store opens: a bad MODELS_FILE stops start-up at once, naming the bad field.
   const catalog = loadCatalog(config.modelsFile)
-  const db = opts.db ?? (config.databaseUrl ? openPostgres(config.databaseUrl, config.databasePoolMax) : await openEmbedded({ dataDir: config.dataDir }))
+  const lockWait = (message: string) => (log.warn(message), flushLogs())
+  const db = opts.db ?? (config.databaseUrl ? openPostgres(config.databaseUrl, config.databasePoolMax) : await openEmbedded({ dataDir: config.dataDir, lockWaitMs: config.dataDirLockWaitMs, onLockWait: lockWait }))
   try {
     await migrate(db.sql)
     const redis = opts.redis ?? openRedis(config.redisUrl)

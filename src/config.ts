@@ -33,6 +33,10 @@ const Env = Type.Object({
   RATE_LIMIT_BURST: Type.Optional(Int()),
   SHUTDOWN_TIMEOUT_MS: Type.Optional(Int()),
   SSE_HEARTBEAT_MS: Type.Optional(Int()),
+  DATA_DIR_LOCK_WAIT_MS: Type.Optional(Int()),
+  EXIT_WITH_LAUNCHER: Type.Optional(Bool),
+  /** Set by `bun run <script>` (and npm): the process was started through a package script. */
+  npm_lifecycle_event: Type.Optional(Type.String()),
   LOG_LEVEL: Type.Optional(
     Type.Union(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l))),
   ),
@@ -64,6 +68,10 @@ export interface Config {
   shutdownTimeoutMs: number
   /** A comment on a quiet event stream this often (0: never). */
   sseHeartbeatMs: number
+  /** How long a start waits for an exiting holder of the embedded database's lock (docs/deployment.md). */
+  dataDirLockWaitMs: number
+  /** Shut down when the launcher that started this process (`bun start`) is gone (docs/deployment.md). */
+  exitWithLauncher: boolean
   logLevel: string
 }
 
@@ -124,6 +132,10 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     shutdownTimeoutMs: int('SHUTDOWN_TIMEOUT_MS', 10_000),
     // Under Bun's idle time-out (30 s, which closes a connection that sent nothing) and proxies' (60 s).
     sseHeartbeatMs: int('SSE_HEARTBEAT_MS', 15_000, 0, 25_000),
+    // A SIGKILLed process with a few GB mapped is gone within a second or two; 30 s covers a slow disk.
+    dataDirLockWaitMs: int('DATA_DIR_LOCK_WAIT_MS', 30_000, 0, 600_000),
+    // `bun start` is a launcher process with the service as its child: watched by default then only.
+    exitWithLauncher: env.EXIT_WITH_LAUNCHER === undefined ? env.npm_lifecycle_event !== undefined : bool(env.EXIT_WITH_LAUNCHER),
     logLevel: env.LOG_LEVEL ?? 'info',
   }
 }

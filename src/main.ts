@@ -8,6 +8,9 @@ import { CatalogError } from './domain/models/catalog'
 import { DataDirLockedError } from './store/db'
 import { startWorkers } from './workers'
 
+/** The parent as the process started: read before anything else, so a launcher gone during start-up is noticed too. */
+const launcherPid = process.ppid
+
 /**
  * Boot: config, store, Redis, app.listen, workers, graceful shutdown. `bun run src/main.ts worker`
  * (`bun run worker`) runs the workers only, and `bun run src/main.ts api` (`bun run api`) the API
@@ -56,19 +59,8 @@ async function main() {
     log.warn('REDIS_URL is unset: using the in-process Redis stand-in (single process only)')
   }
   let server: ReturnType<typeof listen> | null = null
-  if (serveHttp) server = listen(deps)
   let workers: { stop(): Promise<void> } = { stop: async () => {} }
-  try {
-    if (runWorkers) workers = await startWorkers(deps)
-  } catch (err) {
-    log.fatal({ err }, 'could not start the workers')
-    exit(1)
-  }
-  if (!runWorkers) log.info('API only (no workers): "worker" processes execute runs and deliveries')
-  if (!serveHttp) log.info({ database: deps.db.describe, redis: deps.redis.kind === 'redis' ? 'redis' : 'in-process' }, 'workers running (no HTTP)')
-  // Start-up lines are written at once; request lines are buffered (see createLogger).
-  flushLogs()
-
+  let workersStarted: Promise<unknown> = Promise.resolve()
   let stopping = false
   const shutdown = async (signal: string) => {
     if (stopping) return
@@ -81,6 +73,8 @@ async function main() {
     force.unref()
     try {
       await server?.stop(false)
+      // Workers still starting are stopped once they have started.
+      await workersStarted.catch(() => {})
       await workers.stop()
       await closeDeps(deps)
       log.info('stopped')
@@ -90,9 +84,49 @@ async function main() {
       exit(1)
     }
   }
+  // Before the port opens: a SIGTERM sent as soon as /healthz answers (a supervisor, a test) stops
+  // the process gracefully instead of by the signal's default action (exit 143, the lock left behind).
   process.on('SIGTERM', () => void shutdown('SIGTERM'))
   process.on('SIGINT', () => void shutdown('SIGINT'))
+  if (serveHttp) server = listen(deps)
+  try {
+    if (runWorkers) {
+      const starting = startWorkers(deps)
+      workersStarted = starting
+      workers = await starting
+    }
+  } catch (err) {
+    log.fatal({ err }, 'could not start the workers')
+    exit(1)
+  }
+  if (!runWorkers) log.info('API only (no workers): "worker" processes execute runs and deliveries')
+  if (!serveHttp) log.info({ database: deps.db.describe, redis: deps.redis.kind === 'redis' ? 'redis' : 'in-process' }, 'workers running (no HTTP)')
+  // Start-up lines are written at once; request lines are buffered (see createLogger).
+  flushLogs()
+  if (config.exitWithLauncher) followLauncher(deps, () => void shutdown('launcher exited'))
 }
+
+/**
+ * `bun start` is a launcher: a Bun process that runs src/main.ts as its child. SIGKILLed, it cannot
+ * pass anything on, and the child, adopted by init, would go on serving and holding DATA_DIR's lock
+ * with no one left to stop it. The kernel gives an orphan a new parent, so a parent pid that changes
+ * means the launcher is gone: shut down as for SIGTERM. A launcher that is init itself (pid 1, a
+ * container's entrypoint) or none (pid 0) never changes, and the check costs one getppid() a second.
+ */
+function followLauncher(deps: Deps, shutdown: () => void) {
+  if (launcherPid <= 1) return
+  const check = () => {
+    if (process.ppid === launcherPid) return
+    deps.log.warn({ launcher: launcherPid, parent: process.ppid }, 'the launcher (bun start) has exited; shutting down')
+    clearInterval(timer)
+    shutdown()
+  }
+  const timer = setInterval(check, LAUNCHER_CHECK_MS)
+  timer.unref()
+  check()
+}
+
+const LAUNCHER_CHECK_MS = 1_000
 
 async function bootstrapRootKey(deps: Deps) {
   const { config, log } = deps

@@ -1,6 +1,9 @@
-import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs'
+import { mkdirSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import postgres from 'postgres'
+import { lockDataDir } from './data-dir-lock'
+
+export { DataDirLockedError } from './data-dir-lock'
 
 /** Anything that runs a query: the pool or a transaction. */
 export type Sql = postgres.Sql | postgres.TransactionSql
@@ -41,6 +44,10 @@ export interface EmbeddedOptions {
   dataDir: string | null
   /** A `dumpDataDir()` tarball to start from (tests clone a migrated template this way). */
   loadDataDir?: Blob
+  /** How long to wait for a holder of the data directory's lock that is exiting (default 30 s). */
+  lockWaitMs?: number
+  /** Told when the start waits for such a holder. */
+  onLockWait?: (message: string) => void
 }
 
 /**
@@ -59,7 +66,7 @@ export async function openEmbedded(opts: EmbeddedOptions): Promise<Database> {
   if (opts.dataDir) {
     const dir = resolve(opts.dataDir)
     mkdirSync(dir, { recursive: true })
-    release = lockDataDir(dir)
+    release = await lockDataDir(dir, { waitMs: opts.lockWaitMs ?? 30_000, onWait: opts.onLockWait })
     pgDir = join(dir, 'pglite')
   }
   try {
@@ -83,42 +90,5 @@ export async function openEmbedded(opts: EmbeddedOptions): Promise<Database> {
   } catch (err) {
     release()
     throw err
-  }
-}
-
-export class DataDirLockedError extends Error {}
-
-/**
- * Two processes on one PGlite directory corrupt it, so the first takes a lock file holding its pid.
- * A lock whose pid is gone (a crash, SIGKILL) is stale and taken over.
- */
-function lockDataDir(dir: string): () => void {
-  const path = join(dir, 'pglite.lock')
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      const fd = openSync(path, 'wx')
-      writeSync(fd, String(process.pid))
-      closeSync(fd)
-      return () => rmSync(path, { force: true })
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err
-      const pid = Number(readFileSync(path, 'utf8').trim())
-      if (pid && pid !== process.pid && isAlive(pid)) {
-        throw new DataDirLockedError(
-          `DATA_DIR ${dir} is in use by process ${pid}; the embedded database allows one process (set DATABASE_URL for several)`,
-        )
-      }
-      rmSync(path, { force: true })
-    }
-  }
-  throw new DataDirLockedError(`could not lock DATA_DIR ${dir}`)
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM'
   }
 }

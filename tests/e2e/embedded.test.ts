@@ -120,7 +120,7 @@ describe('embedded default as a subprocess', () => {
     expect(keys.length).toBe(1)
     rootKey = keys[0]!
     expect(sp.output()).toContain(`embedded PGlite at ${dataDir}`)
-    expect(readFileSync(lockFile, 'utf8').trim()).toBe(String(sp.proc.pid))
+    expect(readFileSync(lockFile, 'utf8').split('\n')[0]).toBe(String(sp.proc.pid))
 
     const health = await call(sp, 'GET', '/healthz', { key: null })
     expect(health.status).toBe(200)
@@ -159,7 +159,7 @@ describe('embedded default as a subprocess', () => {
     expect(output).not.toContain('listening on')
     expect(output.match(ROOT_KEY)).toBeNull()
     expect(first.proc.exitCode).toBeNull()
-    expect(readFileSync(lockFile, 'utf8').trim()).toBe(String(first.proc.pid))
+    expect(readFileSync(lockFile, 'utf8').split('\n')[0]).toBe(String(first.proc.pid))
     expect((await call(first, 'GET', `/v1/workspaces/${firstWorkspace}`)).status).toBe(200)
     await first.stop()
     running = undefined
@@ -244,13 +244,13 @@ describe('embedded default as a subprocess', () => {
     sp.proc.kill('SIGKILL')
     await sp.exited
     expect(sp.proc.signalCode).toBe('SIGKILL')
-    expect(readFileSync(lockFile, 'utf8').trim()).toBe(String(sp.proc.pid))
+    expect(readFileSync(lockFile, 'utf8').split('\n')[0]).toBe(String(sp.proc.pid))
   }, 40_000)
 
   test('after SIGKILL, a restart takes over the stale lock and the committed data is intact', async () => {
     const sp = start()
     await sp.ready(30_000)
-    expect(readFileSync(lockFile, 'utf8').trim()).toBe(String(sp.proc.pid))
+    expect(readFileSync(lockFile, 'utf8').split('\n')[0]).toBe(String(sp.proc.pid))
     expect(sp.output().match(ROOT_KEY)).toBeNull()
     expect((await call(sp, 'GET', `/v1/workspaces/${crashWorkspace}`)).body.data).toMatchObject({ name: 'Before the crash' })
     expect(await workspaceNames(sp)).toEqual(['Before the crash', 'First', 'In flight'])

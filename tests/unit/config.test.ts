@@ -36,8 +36,18 @@ test('an empty environment gives the defaults of CONTRACT 11', () => {
     rateLimit: { perSecond: 50, burst: 100 },
     shutdownTimeoutMs: 10_000,
     sseHeartbeatMs: 15_000,
+    dataDirLockWaitMs: 30_000,
+    exitWithLauncher: false,
     logLevel: 'info',
   })
+})
+
+test('started through a package script (bun start), the process follows its launcher unless told not to', () => {
+  expect(loadConfig({ npm_lifecycle_event: 'start' }).exitWithLauncher).toBe(true)
+  expect(loadConfig({ npm_lifecycle_event: 'start', EXIT_WITH_LAUNCHER: 'false' }).exitWithLauncher).toBe(false)
+  expect(loadConfig({ EXIT_WITH_LAUNCHER: 'true' }).exitWithLauncher).toBe(true)
+  expect(loadConfig({ DATA_DIR_LOCK_WAIT_MS: '0' }).dataDirLockWaitMs).toBe(0)
+  expect(() => loadConfig({ DATA_DIR_LOCK_WAIT_MS: '600001' })).toThrow('DATA_DIR_LOCK_WAIT_MS')
 })
 
 test('empty strings count as unset', () => {
