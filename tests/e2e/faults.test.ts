@@ -119,6 +119,82 @@ describe('Redis unreachable', () => {
 })
 
 /**
+ * Redis dies while requests wait on runs: sync triggers, a streamed trigger (SSE) and a chatflow chat
+ * wait on the run's pub/sub channel. That channel only wakes them early (PostgreSQL has the run), so
+ * they answer their finished runs: never a 500 (ioredis' MaxRetriesPerRequestError leaking from the
+ * wait's UNSUBSCRIBE was one), never a 503 for a run that ran, which a client would retry into a
+ * second run. What needs Redis to start (a new trigger) answers 503 with Retry-After.
+ */
+describe('Redis dies while runs are awaited', () => {
+  test('in-flight sync triggers, an SSE stream and a chatflow chat answer their completed runs; a new trigger 503; every run completes once', async () => {
+    await waitFor(async () => (await call('GET', '/readyz')).status === 200, { timeoutMs: 15_000, what: 'the service to use Redis' })
+    const ws = (await call('POST', '/v1/workspaces', { name: 'Waits on runs' })).body.data.id
+    const wf = await call('POST', '/v1/workflows', {
+      workspace_id: ws,
+      name: 'Answers after a pause',
+      graph: {
+        nodes: [
+          { id: 'start', type: 'start', config: { inputs: [{ name: 'message', type: 'string', required: true }] } },
+          { id: 'pause', type: 'wait', config: { seconds: 6 } },
+          { id: 'end', type: 'end', config: { outputs: { answer: 'waited' } } },
+        ],
+        edges: [{ source: 'start', target: 'pause' }, { source: 'pause', target: 'end' }],
+      },
+    })
+    expect(wf.status).toBe(201)
+    const workflow = wf.body.data.id
+    const agent = await call('POST', '/v1/agents', { workspace_id: ws, name: 'Flow', type: 'chatflow', model: 'local-chat', workflow_id: workflow })
+    expect(agent.status).toBe(201)
+
+    const trigger = () => call('POST', `/v1/workflows/${workflow}/runs`, { inputs: { message: 'go' } })
+    const syncs = [trigger(), trigger(), trigger()]
+    const chatting = call('POST', `/v1/agents/${agent.body.data.id}/chat`, { message: 'go', user_id: 'end-user' })
+    const streamed = fetch(`${service.url}/v1/workflows/${workflow}/runs`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', accept: 'text/event-stream' },
+      body: JSON.stringify({ inputs: { message: 'go' } }),
+    }).then(async (res) => ({ status: res.status, text: await res.text() }))
+
+    // All five runs parked in their wait node, their requests waiting, before Redis goes.
+    const parked = async () => {
+      const runs = (await call('GET', `/v1/workflows/${workflow}/runs?limit=100`)).body.data as { run_id: string }[]
+      if (runs.length < 5) return false
+      for (const r of runs) {
+        const events = (await call('GET', `/v1/runs/${r.run_id}/events`)).body.data as { event: string; data: unknown }[]
+        if (!events.some((e) => e.event === 'node_start' && JSON.stringify(e.data).includes('"pause"'))) return false
+      }
+      return true
+    }
+    // Polled gently: the key's rate limit (50/s) must not refuse the polls.
+    await waitFor(parked, { timeoutMs: 5_000, intervalMs: 250, what: 'five runs parked in their wait node' })
+    await redis!.stop('SIGKILL')
+    await waitFor(async () => !(await redisAnswers()), { what: 'redis-server to be gone' })
+
+    const refused = await trigger()
+    expect([refused.status, refused.body.error?.code, refused.headers.get('retry-after')]).toEqual([503, 'unavailable', '5'])
+
+    for (const res of await Promise.all(syncs)) {
+      expect([res.status, res.body.status, res.body.outputs]).toEqual([200, 'completed', { answer: 'waited' }])
+    }
+    const chatted = await chatting
+    expect([chatted.status, chatted.body.message?.content]).toEqual([200, 'waited'])
+    // The stream ends with its run's `done` event and closes cleanly (text() would throw on a broken one).
+    const stream = await streamed
+    expect(stream.status).toBe(200)
+    expect(stream.text).toContain('event: done')
+    expect(stream.text).not.toContain('event: error')
+    expect(service.proc.exitCode).toBeNull()
+    expect(service.output()).not.toContain('MaxRetriesPerRequestError')
+
+    redis = startRedis()
+    await waitFor(async () => (await call('GET', '/readyz')).status === 200, { timeoutMs: 15_000, what: 'the service to use Redis again' })
+    const runs = (await call('GET', `/v1/workflows/${workflow}/runs?limit=100`)).body.data as { status: string; outputs: unknown }[]
+    // Five runs, each completed once; the refused trigger made none.
+    expect(runs.map((r) => [r.status, r.outputs])).toEqual(Array(5).fill(['completed', { answer: 'waited' }]))
+  }, 60_000)
+})
+
+/**
  * The database unreachable (server mode: DATABASE_URL set, as in CI): the service reaches PostgreSQL
  * through a TCP relay of this file's own on loopback, which the test cuts (every connection closed,
  * new ones refused) and restores. The in-process Redis stand-in keeps Redis out of the picture.

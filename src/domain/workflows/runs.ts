@@ -5,16 +5,21 @@ import type { ListQuery } from '../../lib/lists'
 import { start } from '../../machines/runner'
 import { RUN_MACHINE_VERSION, runMachine, type RunContext } from '../../machines/workflow-run.machine'
 import * as runs from '../../store/runs'
-import type { Caller } from '../access'
+import { onlyUserOf, type Caller } from '../access'
 import { CANCEL_CHANNEL } from '../../workers/runs'
-import { loadOwned } from '../workspaces'
+import { loadOwned, loadOwnedWithRole } from '../workspaces'
 import { validateInputs } from './graph'
 import { loadWorkflow } from './service'
+import { findWorkflow } from '../../store/workflows'
 import { applyEvents, parseRunMessage, persist, published, runChannel } from './transitions'
 
 /** Starts a run of the workflow's current version (role `use`): validated inputs, snapshot `running`. */
 export async function createRun(deps: Deps, caller: Caller, workflowId: string, body: { inputs?: unknown; user_id?: string }, requestId: string): Promise<runs.RunRow> {
-  const wf = await loadWorkflow(deps.db.sql, caller, workflowId, 'use')
+  const { row: wf, role } = await loadOwnedWithRole(deps.db.sql, caller, 'workflow', workflowId, 'use', findWorkflow)
+  const only = onlyUserOf(caller, role)
+  if (only !== null && body.user_id !== undefined && body.user_id !== only) {
+    throw new AppError('forbidden', `below the developer role a key triggers runs as its own user_id (${only}), not ${body.user_id}`, { param: 'user_id' })
+  }
   const inputs = validateInputs(wf.graph, body.inputs ?? {})
   const initial = start(runMachine, undefined as never)
   const row = await runs.insertRun(deps.db.sql, {
@@ -48,7 +53,11 @@ export async function listRuns(deps: Deps, caller: Caller, workflowId: string, q
  * the run cancelled.
  */
 export async function cancelRun(deps: Deps, caller: Caller, runId: string): Promise<runs.RunRow> {
-  await loadRun(deps, caller, runId, 'use')
+  const { row: found, role } = await loadOwnedWithRole(deps.db.sql, caller, 'run', runId, 'use', runs.findRun)
+  const only = onlyUserOf(caller, role)
+  if (only !== null && found.user_id !== only) {
+    throw new AppError('forbidden', `below the developer role a key cancels only its own user_id's runs; run ${runId} is ${found.user_id}'s`)
+  }
   const row = await deps.db.sql.begin(async (tx) => {
     const run = await runs.lockRun(tx, runId)
     if (run.status !== 'running') throw new AppError('run_not_running', `run ${runId} is ${run.status}; only a running run can be cancelled`)

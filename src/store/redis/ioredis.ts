@@ -50,9 +50,20 @@ type Scripted = Redis & {
 
 const COMMAND_TIMEOUT_MS = 2000
 
-/** A failed command: Redis's own error replies pass through; anything else means it was not reached. */
+/**
+ * Error replies that say Redis cannot serve now, not that the command was wrong: starting up and
+ * loading its data, a script running too long, a replica or a cluster without its primary, a disk
+ * that refuses writes.
+ */
+const NOT_SERVING = /^(LOADING|BUSY|MASTERDOWN|READONLY|TRYAGAIN|CLUSTERDOWN|MISCONF)\b/
+
+/**
+ * A failed command: Redis's own error replies pass through (a bug of ours), unless they say it cannot
+ * serve now; anything else (refused, reset, timed out, ioredis giving up after its retries:
+ * MaxRetriesPerRequestError) means it was not reached.
+ */
 function unreachable(err: unknown): never {
-  if (err instanceof ReplyError) throw err
+  if (err instanceof ReplyError && !NOT_SERVING.test((err as Error).message)) throw err
   throw new RedisUnavailableError(err)
 }
 
@@ -64,6 +75,8 @@ export class IoRedis implements RedisPort {
   private client: Scripted
   private subscriber: Redis | null = null
   private handlers = new Map<string, Set<(message: string) => void>>()
+  /** Channels left while the subscriber's connection was lost: ioredis subscribes them again on reconnect. */
+  private stale = new Set<string>()
 
   /** `prefix` namespaces every key and channel (tests give each file its own). */
   constructor(url: string, private readonly prefix = 'ap:') {
@@ -89,9 +102,14 @@ export class IoRedis implements RedisPort {
    * offline queue (a request would wait for two reconnection attempts per command, seconds in all);
    * while it first connects, commands wait for it.
    */
-  private run<T>(command: () => Promise<T>): Promise<T> {
-    if (LOST.has(this.client.status)) return Promise.reject(new RedisUnavailableError(new Error(`connection ${this.client.status}`)))
-    return command().catch(unreachable)
+  private run<T>(command: () => Promise<T>, connection: Redis = this.client): Promise<T> {
+    if (LOST.has(connection.status)) return Promise.reject(new RedisUnavailableError(new Error(`connection ${connection.status}`)))
+    try {
+      return command().catch(unreachable)
+    } catch (err) {
+      // ioredis throws synchronously for some states (a connection ended by quit()).
+      return Promise.reject(new RedisUnavailableError(err))
+    }
   }
 
   async setIfAbsent(key: string, value: string, ttlMs: number) {
@@ -144,8 +162,38 @@ export class IoRedis implements RedisPort {
     await this.run(() => this.client.publish(this.prefix + channel, message))
   }
 
+  /**
+   * Fails with RedisUnavailableError when Redis cannot be reached, like every command. The returned
+   * function never fails: a subscription whose connection is lost is gone from Redis already, and
+   * the channel is left for good once the connection is back (ioredis would subscribe it again).
+   */
   async subscribe(channel: string, handler: (message: string) => void): Promise<Unsubscribe> {
     const full = this.prefix + channel
+    const sub = this.subscriberConnection()
+    let set = this.handlers.get(full)
+    if (!set) {
+      const created = new Set<(message: string) => void>()
+      this.handlers.set(full, created)
+      try {
+        await this.run(() => sub.subscribe(full), sub)
+      } catch (err) {
+        // Not subscribed: the next caller sends SUBSCRIBE again.
+        if (this.handlers.get(full) === created) this.handlers.delete(full)
+        throw err
+      }
+      set = created
+    }
+    set.add(handler)
+    const handlers = set
+    return async () => {
+      handlers.delete(handler)
+      if (handlers.size > 0 || this.handlers.get(full) !== handlers) return
+      this.handlers.delete(full)
+      await this.leave(full)
+    }
+  }
+
+  private subscriberConnection(): Redis {
     if (!this.subscriber) {
       // A subscribed connection can do nothing else, so pub/sub gets its own.
       const sub = this.client.duplicate({ keyPrefix: '' })
@@ -153,20 +201,29 @@ export class IoRedis implements RedisPort {
       sub.on('message', (ch: string, message: string) => {
         for (const h of this.handlers.get(ch) ?? []) h(message)
       })
+      // Sent after ioredis' own re-subscription on reconnect, on the same connection.
+      sub.on('ready', () => {
+        for (const full of [...this.stale]) void this.leave(full)
+      })
       this.subscriber = sub
     }
-    let set = this.handlers.get(full)
-    if (!set) {
-      this.handlers.set(full, (set = new Set()))
-      await this.run(() => this.subscriber!.subscribe(full))
+    return this.subscriber
+  }
+
+  /** UNSUBSCRIBE, or remembered for the next reconnect when it cannot be sent now; never fails. */
+  private async leave(full: string) {
+    const sub = this.subscriber
+    // Subscribed again meanwhile: nothing to leave.
+    if (!sub || this.handlers.has(full)) {
+      this.stale.delete(full)
+      return
     }
-    set.add(handler)
-    return async () => {
-      set.delete(handler)
-      if (set.size === 0 && this.handlers.get(full) === set) {
-        this.handlers.delete(full)
-        await this.subscriber?.unsubscribe(full)
-      }
+    this.stale.add(full)
+    try {
+      await this.run(() => sub.unsubscribe(full), sub)
+      this.stale.delete(full)
+    } catch {
+      // Kept in `stale`: left once the connection is back.
     }
   }
 
@@ -176,6 +233,7 @@ export class IoRedis implements RedisPort {
 
   async close() {
     this.handlers.clear()
+    this.stale.clear()
     await Promise.allSettled([this.client.quit(), this.subscriber?.quit()])
   }
 }
