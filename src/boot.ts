@@ -11,6 +11,7 @@ import { openEmbedded, openPostgres, type Database } from './store/db'
 import { LocalFileStore } from './store/files'
 import { migrate } from './store/migrate'
 import { openRedis, type RedisPort } from './store/redis'
+import { IDEMPOTENCY_PREFIX } from './routes/plugins/idempotency'
 import { Timers } from './workers/timers'
 
 let destination: ReturnType<typeof pino.destination> | null = null
@@ -78,7 +79,8 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
   const db = opts.db ?? (config.databaseUrl ? openPostgres(config.databaseUrl, config.databasePoolMax) : await openEmbedded({ dataDir: config.dataDir, lockWaitMs: config.dataDirLockWaitMs, onLockWait: lockWait }))
   try {
     await migrate(db.sql)
-    const redis = opts.redis ?? openRedis(config.redisUrl)
+    // Without REDIS_URL, idempotency records are journaled in DATA_DIR: a replay must survive a restart.
+    const redis = opts.redis ?? openRedis(config.redisUrl, 'ap:', { dir: join(config.dataDir, 'idempotency'), prefixes: [IDEMPOTENCY_PREFIX] })
     await redis.ping()
     const secret = loadSecretKey(config.secretKey, config.dataDir)
     if (secret.generated) log.info({ file: secret.file }, 'SECRET_KEY is unset: generated one (keep this file; every process of a deployment must share it)')

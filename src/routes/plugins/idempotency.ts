@@ -6,7 +6,7 @@ import type { RequestState } from './request-state'
 
 const WRITE_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
 const KEY_FORMAT = /^[\x21-\x7e][\x20-\x7e]{0,254}$/
-/** The replay window of spec section 8. */
+/** The replay window (docs/decisions.md, "Idempotency"). */
 export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000
 /**
  * How long an unfinished record blocks its key. Longer than any request may run (synchronous runs
@@ -14,7 +14,9 @@ export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000
  * mid-request does not lock the key for a day.
  */
 const IN_FLIGHT_TTL_MS = 10 * 60 * 1000
-/** Outcomes a retry may change, so they are not kept (CONTRACT 5), plus 429. */
+/** Every record's key starts so; the in-process Redis stand-in journals these keys (src/boot.ts). */
+export const IDEMPOTENCY_PREFIX = 'idem:'
+/** Outcomes a retry may change, so they are not kept (docs/decisions.md, "Idempotency"). */
 const NOT_STORED = (status: number) => status === 400 || status === 401 || status === 409 || status === 429 || status >= 500
 /** Response headers worth replaying (what names the resource made); the rest (request id, rate limit) belong to the new request. */
 const REPLAYED_HEADERS = ['content-type', 'location', 'x-conversation-id']
@@ -32,8 +34,10 @@ interface Done {
 }
 
 /**
- * CONTRACT 5: the first request with a key executes; the same key while it runs is 409; with another
- * fingerprint 422; after it finished, the stored answer is replayed byte for byte.
+ * The first request with a key executes; the same key while it runs is 409; with another fingerprint
+ * 422; after it finished, the stored answer is replayed byte for byte (docs/decisions.md). Records
+ * live in Redis, or in the in-process stand-in, which journals them in DATA_DIR so that the 24 h
+ * hold across a restart.
  */
 export async function beginIdempotency(redis: RedisPort, request: Request, state: RequestState): Promise<Response | undefined> {
   if (!WRITE_METHODS.has(request.method)) return
@@ -49,7 +53,7 @@ export async function beginIdempotency(redis: RedisPort, request: Request, state
   const query = url.includes('?') ? url.slice(url.indexOf('?')) : ''
   const fingerprint = sha256Hex(`${request.method}\n${state.path}\n${query}\n${state.raw ?? ''}`)
   // Scope: the key string and the API key that sent it.
-  const redisKey = `idem:${state.caller!.keyId}:${sha256Hex(key)}`
+  const redisKey = `${IDEMPOTENCY_PREFIX}${state.caller!.keyId}:${sha256Hex(key)}`
   for (let attempt = 0; attempt < 3; attempt++) {
     if (await redis.setIfAbsent(redisKey, JSON.stringify({ s: 'pending', f: fingerprint } satisfies Pending), IN_FLIGHT_TTL_MS)) {
       state.idem = { key: redisKey, fingerprint }

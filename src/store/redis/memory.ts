@@ -1,8 +1,16 @@
+import { KeyJournal } from './journal'
 import type { DueTimer, RedisPort, TakeResult, TokenBucket, Unsubscribe } from './port'
+
+/** Keys that outlive the process: those starting with one of `prefixes`, journaled in `dir`. */
+export interface Durable {
+  dir: string
+  prefixes: string[]
+}
 
 /**
  * The in-process stand-in for Redis when REDIS_URL is unset. Single process only: its records,
- * timers and channels are invisible to any other process.
+ * timers and channels are invisible to any other process. Everything is forgotten with the process,
+ * except the keys `durable` names (idempotency records), which a journal in DATA_DIR keeps.
  */
 export class MemoryRedis implements RedisPort {
   readonly kind = 'memory' as const
@@ -11,11 +19,31 @@ export class MemoryRedis implements RedisPort {
   private timers = new TimerHeap()
   private channels = new Map<string, Set<(message: string) => void>>()
   private sweeper: ReturnType<typeof setInterval>
+  private journal: KeyJournal | null = null
+  private durablePrefixes: string[] = []
 
-  constructor(private readonly now: () => number = Date.now) {
+  constructor(private readonly now: () => number = Date.now, durable?: Durable) {
+    if (durable) {
+      const { journal, keys } = KeyJournal.open(durable.dir, now)
+      this.journal = journal
+      this.durablePrefixes = durable.prefixes
+      this.values = keys
+    }
     // Expired keys are dropped lazily on read; this sweep bounds memory for keys never read again.
     this.sweeper = setInterval(() => this.sweep(), 60_000)
     this.sweeper.unref?.()
+  }
+
+  private durable(key: string) {
+    if (!this.journal) return false
+    for (const p of this.durablePrefixes) if (key.startsWith(p)) return true
+    return false
+  }
+
+  private write(key: string, value: string, expiresAt: number) {
+    // Journaled first: a write that could not be kept fails instead of being forgotten at restart.
+    if (this.durable(key)) this.journal!.set(key, value, expiresAt)
+    this.values.set(key, { value, expiresAt })
   }
 
   private live(key: string) {
@@ -31,11 +59,12 @@ export class MemoryRedis implements RedisPort {
     const now = this.now()
     for (const [key, entry] of this.values) if (entry.expiresAt <= now) this.values.delete(key)
     for (const [key, b] of this.buckets) if (now - b.at > 3_600_000) this.buckets.delete(key)
+    this.journal?.prune()
   }
 
   async setIfAbsent(key: string, value: string, ttlMs: number) {
     if (this.live(key)) return false
-    this.values.set(key, { value, expiresAt: this.now() + ttlMs })
+    this.write(key, value, this.now() + ttlMs)
     return true
   }
 
@@ -44,11 +73,11 @@ export class MemoryRedis implements RedisPort {
   }
 
   async set(key: string, value: string, ttlMs: number) {
-    this.values.set(key, { value, expiresAt: this.now() + ttlMs })
+    this.write(key, value, this.now() + ttlMs)
   }
 
   async del(key: string) {
-    this.values.delete(key)
+    if (this.values.delete(key) && this.durable(key)) this.journal!.del(key)
   }
 
   async pttl(key: string) {
@@ -100,6 +129,8 @@ export class MemoryRedis implements RedisPort {
   async close() {
     clearInterval(this.sweeper)
     this.channels.clear()
+    this.journal?.close()
+    this.journal = null
   }
 }
 
