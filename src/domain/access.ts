@@ -10,6 +10,8 @@ export interface Caller {
   workspaceId: string | null
   /** The highest role a key may act with, whatever its user's role. */
   roleLimit: Role | null
+  /** The user who issued the key (itself, another user, or null for the bootstrap root key): named in the audit trail. */
+  issuedBy: string | null
 }
 
 /** The permission levels of CONTRACT section 3, lowest first. */
@@ -62,6 +64,25 @@ const describe: Record<Action, string> = {
 /** Whether an effective role is `min` or above. */
 export function roleAtLeast(role: EffectiveRole, min: EffectiveRole): boolean {
   return rank[role] >= rank[min]
+}
+
+/**
+ * Below `developer`, a caller acts only as its own user_id: it chats, triggers and cancels runs and
+ * sees conversations as itself (docs/api.md, "Roles"). From `developer` up, a backend acts for its end
+ * users and may name any user_id (null).
+ */
+export function onlyUserOf(caller: Caller, role: EffectiveRole): string | null {
+  return roleAtLeast(role, 'developer') ? null : caller.userId
+}
+
+/** Whether `role` is strictly below `other`: one may act for (issue keys to, revoke keys of) only those below oneself. */
+export function roleBelow(role: EffectiveRole, other: EffectiveRole): boolean {
+  return rank[role] < rank[other]
+}
+
+/** A member's own role in the workspace, owner over member role (no key involved); null for a non-member. */
+export function memberRole(ws: { owner_id: string }, userId: string, role: Role | null): EffectiveRole | null {
+  return ws.owner_id === userId ? 'owner' : role
 }
 
 /** Whether a key may act with `role` at all (creating keys and workspaces). */

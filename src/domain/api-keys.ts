@@ -9,7 +9,7 @@ import type { RedisPort } from '../store/redis'
 import type { Unsubscribe } from '../store/redis/port'
 import { adminWorkspaceIds, getMember, getWorkspace } from '../store/workspaces'
 import type { Role } from '../store/workspaces'
-import { roleAtMost, type Caller } from './access'
+import { memberRole, roleAtMost, roleBelow, type Caller, type EffectiveRole } from './access'
 import { access } from './workspaces'
 
 const REVOKED_CHANNEL = 'api-keys.revoked'
@@ -26,7 +26,7 @@ export function generateKey(): string {
 }
 
 export function toCaller(row: ApiKeyRow): Caller {
-  return { keyId: row.id, userId: row.user_id, isRoot: row.is_root, workspaceId: row.workspace_id, roleLimit: row.role_limit }
+  return { keyId: row.id, userId: row.user_id, isRoot: row.is_root, workspaceId: row.workspace_id, roleLimit: row.role_limit, issuedBy: row.issued_by }
 }
 
 /**
@@ -114,6 +114,7 @@ export class ApiKeys {
         role_limit: null,
         is_root: true,
         created_by: null,
+        issued_by: null,
         expires_at: null,
       })
       return { created: true, key: configured ? null : key }
@@ -121,8 +122,10 @@ export class ApiKeys {
   }
 
   /**
-   * Root may issue any key. An admin (or owner) may issue keys restricted to its workspace, for that
-   * workspace's members. Anyone may issue a key for itself. A key never grants more than its issuer's.
+   * Root may issue any key. Anyone may issue a key for itself. An admin (or the owner) may issue keys
+   * restricted to its workspace for members whose role there is below its own: an admin never for
+   * another admin or the owner, who would then act, and be audited, as them. A key's role_limit never
+   * exceeds its issuer's role in the workspace (nor the issuing key's own limit).
    */
   async create(
     caller: Caller,
@@ -132,13 +135,19 @@ export class ApiKeys {
     if (caller.workspaceId !== null && workspaceId !== caller.workspaceId) {
       throw new AppError('forbidden', 'a key restricted to one workspace can only issue keys for that workspace')
     }
+    const forSelf = input.user_id === caller.userId
+    let roleLimit = input.role_limit ?? null
     if (!caller.isRoot) {
       if (workspaceId) {
-        const ws = await access(this.sql, caller, workspaceId, input.user_id === caller.userId ? 'read' : 'manage')
-        if (input.user_id !== caller.userId && !(await getMember(this.sql, ws.id, input.user_id))) {
-          throw invalid('user_id', `is not a member of workspace ${ws.id}`)
+        const ws = await access(this.sql, caller, workspaceId, forSelf ? 'read' : 'manage')
+        if (!forSelf) {
+          const member = await getMember(this.sql, ws.id, input.user_id)
+          if (!member) throw invalid('user_id', `is not a member of workspace ${ws.id}`)
+          checkBelow(ws, input.user_id, member.role)
         }
-      } else if (input.user_id !== caller.userId) {
+        // The issuer's role caps the key: an admin's keys (its own, or a member's) stay admin keys.
+        if (ws.effective !== 'owner') roleLimit = roleLimit ? roleAtMost(roleLimit, ws.effective) : forSelf ? null : ws.effective
+      } else if (!forSelf) {
         throw new AppError('forbidden', 'only a root key may issue keys for other users outside a workspace')
       }
     } else if (workspaceId) {
@@ -146,7 +155,6 @@ export class ApiKeys {
       await getWorkspace(this.sql, workspaceId)
     }
     if (input.expires_at && input.expires_at.getTime() <= Date.now()) invalidExpiry()
-    let roleLimit = input.role_limit ?? null
     if (caller.roleLimit) roleLimit = roleLimit ? roleAtMost(roleLimit, caller.roleLimit) : caller.roleLimit
     const key = generateKey()
     const row = await store.insertApiKey(this.sql, {
@@ -159,6 +167,7 @@ export class ApiKeys {
       role_limit: roleLimit,
       is_root: false,
       created_by: caller.keyId,
+      issued_by: caller.userId,
       expires_at: input.expires_at ?? null,
     })
     return { row, key }
@@ -183,12 +192,29 @@ export class ApiKeys {
     return revoked
   }
 
+  /**
+   * False (404) for a key the caller may not see; 403 for a key of its workspace whose user is not
+   * below it (an admin revoking the owner's or another admin's key). A former member has no role left:
+   * its keys are any admin's to revoke.
+   */
   private async mayManage(caller: Caller, row: ApiKeyRow): Promise<boolean> {
     if (caller.isRoot) return caller.workspaceId === null || row.workspace_id === caller.workspaceId
     if (row.is_root) return false
     if (row.user_id === caller.userId && (caller.workspaceId === null || row.workspace_id === caller.workspaceId)) return true
     if (!row.workspace_id || (caller.workspaceId !== null && caller.workspaceId !== row.workspace_id)) return false
-    return access(this.sql, caller, row.workspace_id, 'manage', true).then(() => true, () => false)
+    const ws = await access(this.sql, caller, row.workspace_id, 'manage', true).catch(() => null)
+    if (!ws) return false
+    const member = await getMember(this.sql, ws.id, row.user_id)
+    if (member) checkBelow(ws, row.user_id, member.role)
+    return true
+  }
+}
+
+/** Acting for another member (issuing or revoking its keys) needs a role above that member's own. */
+function checkBelow(ws: { id: string; owner_id: string; effective: EffectiveRole }, userId: string, role: Role) {
+  const target = memberRole(ws, userId, role)!
+  if (!roleBelow(target, ws.effective)) {
+    throw new AppError('forbidden', `role ${ws.effective} may act only for members below it; ${userId} is ${target} in workspace ${ws.id}`, { param: 'user_id' })
   }
 }
 

@@ -7,7 +7,7 @@ import * as store from '../store/audit'
 
 /**
  * The audit trail (docs/audit.md): every successful write through the API is recorded with who made
- * it (user_id, API key), what (method and route, the resource, the path parameters), when, its status
+ * it (user_id, API key and who issued that key), what (method and route, the resource, the path parameters), when, its status
  * and the request id, under the workspace it belongs to.
  *
  * Not recorded, because they change no resource of the workspace: searches, model calls (LLM chat,
@@ -77,7 +77,7 @@ export async function prepareAudit(deps: Deps, method: string, route: string, pa
  */
 export async function recordAudit(
   deps: Deps,
-  state: { audit?: PendingAudit; caller?: { userId: string; keyId: string }; id: string },
+  state: { audit?: PendingAudit; caller?: { userId: string; keyId: string; issuedBy: string | null }; id: string },
   status: number,
   body: unknown,
 ): Promise<void> {
@@ -96,6 +96,7 @@ export async function recordAudit(
       workspace_id: workspaceId,
       user_id: state.caller.userId,
       api_key_id: state.caller.keyId,
+      issued_by: state.caller.issuedBy,
       action: pending.action,
       resource_id: resourceId,
       params: pending.params,

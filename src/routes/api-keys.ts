@@ -13,6 +13,7 @@ const ApiKey = t.Object({
   name: t.String(),
   prefix: t.String({ description: 'The first characters of the key, to tell keys apart' }),
   user_id: t.String(),
+  issued_by: t.Union([t.String(), t.Null()], { description: 'The user who issued the key (user_id itself, an admin of its workspace, or "root"); null for the bootstrap root key' }),
   workspace_id: t.Union([t.String(), t.Null()]),
   role_limit: t.Union([RoleSchema, t.Null()]),
   root: t.Boolean(),
@@ -44,6 +45,7 @@ function toApiKey(row: ApiKeyRow): typeof ApiKey.static {
     name: row.name,
     prefix: row.prefix,
     user_id: row.user_id,
+    issued_by: row.issued_by,
     workspace_id: row.workspace_id,
     role_limit: row.role_limit,
     root: row.is_root,
@@ -72,7 +74,7 @@ export function apiKeyRoutes(deps: Deps) {
       body: CreateApiKey,
       parse: 'json',
       response: { 201: Envelope(CreatedApiKey), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Issue an API key (shown once)', description: 'Root may issue any key; a workspace admin keys restricted to its workspace for its members; anyone a key for itself. A key never gets a higher role limit than the key that issued it.' },
+      detail: { tags, summary: 'Issue an API key (shown once)', description: 'Root may issue any key; anyone a key for itself; a workspace admin (or the owner) keys restricted to its workspace for members whose role is below its own (an admin never for another admin or the owner: 403). A key never gets a role limit above its issuer\'s role in the workspace, nor above the issuing key\'s own limit; an admin\'s key for a member is capped at admin. The key records who issued it (`issued_by`), and so does every audit entry of its writes.' },
     })
     .get('/api-keys', async ({ caller, requestId, query }) => {
       const q = parseListQuery(query, keyList)
@@ -85,7 +87,7 @@ export function apiKeyRoutes(deps: Deps) {
     .delete('/api-keys/:id', async ({ caller, requestId, params }) =>
       envelope(requestId, toApiKey(await deps.apiKeys.revoke(caller, params.id))), {
       params: t.Object({ id: Id('key', 'API key id') }),
-      response: { 200: Envelope(ApiKey), ...errors(404, 422) },
-      detail: { tags, summary: 'Revoke an API key, effective at once in every process' },
+      response: { 200: Envelope(ApiKey), ...errors(403, 404, 422) },
+      detail: { tags, summary: 'Revoke an API key, effective at once in every process', description: 'Root, the key\'s own user, or an admin of the key\'s workspace for a member below its own role (or a former member). A key of the owner or of another admin is 403 to an admin; a key the caller may not see is 404.' },
     })
 }

@@ -14,6 +14,8 @@ export interface ApiKeyRow {
   role_limit: Role | null
   is_root: boolean
   created_by: string | null
+  /** The user of the key that created this one (null for the bootstrap root key). */
+  issued_by: string | null
   expires_at: Date | null
   revoked_at: Date | null
   last_used_at: Date | null
@@ -22,12 +24,12 @@ export interface ApiKeyRow {
 
 export async function insertApiKey(
   sql: Sql,
-  k: Pick<ApiKeyRow, 'id' | 'key_hash' | 'prefix' | 'name' | 'user_id' | 'workspace_id' | 'role_limit' | 'is_root' | 'created_by' | 'expires_at'>,
+  k: Pick<ApiKeyRow, 'id' | 'key_hash' | 'prefix' | 'name' | 'user_id' | 'workspace_id' | 'role_limit' | 'is_root' | 'created_by' | 'issued_by' | 'expires_at'>,
 ): Promise<ApiKeyRow> {
   const [row] = await sql<ApiKeyRow[]>`
-    insert into api_keys (id, key_hash, prefix, name, user_id, workspace_id, role_limit, is_root, created_by, expires_at)
+    insert into api_keys (id, key_hash, prefix, name, user_id, workspace_id, role_limit, is_root, created_by, issued_by, expires_at)
     values (${k.id}, ${k.key_hash}, ${k.prefix}, ${k.name}, ${k.user_id}, ${k.workspace_id}, ${k.role_limit},
-            ${k.is_root}, ${k.created_by}, ${k.expires_at})
+            ${k.is_root}, ${k.created_by}, ${k.issued_by}, ${k.expires_at})
     returning *`
   return row!
 }

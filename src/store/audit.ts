@@ -7,6 +7,8 @@ export interface AuditRow {
   workspace_id: string | null
   user_id: string
   api_key_id: string
+  /** The user who issued the key (differs from user_id for a key issued by an admin or root). */
+  issued_by: string | null
   action: string
   resource_id: string | null
   params: Record<string, string>
@@ -17,14 +19,14 @@ export interface AuditRow {
 
 export async function insertAudit(sql: Sql, row: Omit<AuditRow, 'created_at'>): Promise<void> {
   await sql`
-    insert into audit_log (id, workspace_id, user_id, api_key_id, action, resource_id, params, status, request_id)
-    values (${row.id}, ${row.workspace_id}, ${row.user_id}, ${row.api_key_id}, ${row.action}, ${row.resource_id}, ${sql.json(row.params)}, ${row.status}, ${row.request_id})`
+    insert into audit_log (id, workspace_id, user_id, api_key_id, issued_by, action, resource_id, params, status, request_id)
+    values (${row.id}, ${row.workspace_id}, ${row.user_id}, ${row.api_key_id}, ${row.issued_by}, ${row.action}, ${row.resource_id}, ${sql.json(row.params)}, ${row.status}, ${row.request_id})`
 }
 
 export async function listAudit(sql: Sql, workspaceId: string, q: ListQuery): Promise<AuditRow[]> {
   const c = listClauses(sql, q)
   return sql<AuditRow[]>`
-    select id, workspace_id, user_id, api_key_id, action, resource_id, params, status, request_id, created_at
+    select id, workspace_id, user_id, api_key_id, issued_by, action, resource_id, params, status, request_id, created_at
     from audit_log where workspace_id = ${workspaceId} ${c.and} order by ${c.orderBy} limit ${c.limit}`
 }
 

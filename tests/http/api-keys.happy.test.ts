@@ -12,7 +12,7 @@ const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/
 const KEY = /^ap_[0-9A-Za-z]{40}$/
 const META = { version: 'v1', deprecated_warnings: [] }
 /** The fields of a listed key: never `key`, never `key_hash`. */
-const LISTED_FIELDS = ['created_at', 'expires_at', 'id', 'last_used_at', 'name', 'prefix', 'revoked_at', 'role_limit', 'root', 'user_id', 'workspace_id']
+const LISTED_FIELDS = ['created_at', 'expires_at', 'id', 'issued_by', 'last_used_at', 'name', 'prefix', 'revoked_at', 'role_limit', 'root', 'user_id', 'workspace_id']
 
 async function listKeys(key: string, query = '') {
   const res = await h.call('GET', `/v1/api-keys?limit=100${query}`, { key })
@@ -33,6 +33,7 @@ describe('issuing', () => {
         name: 'CI pipeline',
         prefix: key.slice(0, 7),
         user_id: 'kh-root-issued',
+        issued_by: 'root',
         workspace_id: null,
         role_limit: null,
         root: false,
@@ -212,7 +213,7 @@ describe('bootstrap', () => {
     const listed = await listKeys(h.rootKey)
     const roots = listed.body.data.filter((k: any) => k.root)
     expect(roots).toHaveLength(1)
-    expect(roots[0]).toMatchObject({ user_id: 'root', workspace_id: null, role_limit: null, revoked_at: null, prefix: h.rootKey.slice(0, 7) })
+    expect(roots[0]).toMatchObject({ user_id: 'root', issued_by: null, workspace_id: null, role_limit: null, revoked_at: null, prefix: h.rootKey.slice(0, 7) })
   })
 
   test('bootstrap() is a no-op once keys exist', async () => {

@@ -46,6 +46,7 @@ describe('what is recorded', () => {
       workspace_id: ws,
       user_id: 'audit-admin',
       api_key_id: adminKeyId,
+      issued_by: 'root',
       action: 'PATCH /v1/workspaces/{id}',
       resource_id: ws,
       params: { id: ws },

@@ -35,6 +35,7 @@ async function newKey(userId: string, workspaceId: string | null): Promise<strin
     role_limit: null,
     is_root: false,
     created_by: null,
+    issued_by: null,
     expires_at: null,
   })
   return id

@@ -6,14 +6,13 @@ import * as store from '../../store/agents'
 import type { Charge } from '../../store/credits'
 import { emit } from '../../store/events'
 import { findWorkflow } from '../../store/workflows'
-import type { Caller } from '../access'
+import { onlyUserOf, type Caller } from '../access'
 import { chargeIn, checkBudget } from '../credits'
 import type { CallContext } from '../models/gateway'
 import type { ChatMessage, FinishReason, ToolCall, ToolDefinition } from '../models/types'
 import { inputSpec, validateInputs } from '../workflows/graph'
 import { createRun, waitForRun } from '../workflows/runs'
 import { loadOwnedWithRole } from '../workspaces'
-import { onlyUserOf } from './conversations'
 import { agentTools, parseArguments, runTool, searchPassages, type Tool, type ToolContext } from './tools'
 
 export interface ChatInput {
@@ -65,7 +64,7 @@ export interface Turn {
 export async function prepareTurn(deps: Deps, caller: Caller, agentId: string, input: ChatInput, requestId: string): Promise<Turn> {
   const sql = deps.db.sql
   const { row: agent, role } = await loadOwnedWithRole(sql, caller, 'agent', agentId, 'use', store.findAgent)
-  // CONTRACT 3: below developer, a caller's conversations are those of its own user_id.
+  // Below developer, a caller's conversations are those of its own user_id.
   const ownOnly = onlyUserOf(caller, role) !== null
   if (agent.status !== 'active') throw new AppError('conflict', `agent ${agent.id} is ${agent.status}; set its status to active to chat with it`)
   let chatflowInputs: Record<string, unknown> | null = null

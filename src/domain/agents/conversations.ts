@@ -2,17 +2,8 @@ import type { Deps } from '../../deps'
 import { notFound } from '../../lib/errors'
 import type { ListQuery } from '../../lib/lists'
 import * as store from '../../store/agents'
-import { roleAtLeast, type Action, type Caller, type EffectiveRole } from '../access'
+import { onlyUserOf, type Action, type Caller } from '../access'
 import { loadOwnedWithRole } from '../workspaces'
-
-/**
- * CONTRACT 3: below `developer`, a caller sees only the conversations of its own user_id (answered
- * here); from `developer` up, every conversation of the workspace (null: a backend answering for its
- * end users).
- */
-export function onlyUserOf(caller: Caller, role: EffectiveRole): string | null {
-  return roleAtLeast(role, 'developer') ? null : caller.userId
-}
 
 export async function loadConversation(deps: Deps, caller: Caller, id: string, action: Action): Promise<store.ConversationRow> {
   const { row: conv, role } = await loadOwnedWithRole(deps.db.sql, caller, 'conversation', id, action, store.findConversation)
