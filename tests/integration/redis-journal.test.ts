@@ -89,6 +89,17 @@ describe('MemoryRedis with a journal', () => {
     await b.close()
   })
 
+  test('a file of several MiB is read back whole: lines across read boundaries, multi-byte characters', async () => {
+    const { open } = fixture()
+    const a = open()
+    const valueOf = (i: number) => `${i}:${'é😀x'.repeat(100 + (i % 37))}`
+    for (let i = 0; i < 4000; i++) await a.set(`idem:${i}`, valueOf(i), 60_000)
+    await a.close()
+    const b = open()
+    for (let i = 0; i < 4000; i++) if ((await b.get(`idem:${i}`)) !== valueOf(i)) throw new Error(`record ${i} came back wrong`)
+    await b.close()
+  })
+
   test('hourly segments; one whose every key expired is deleted, oldest first, and a live one is kept', async () => {
     const { dir, clock, open } = fixture()
     const a = open()

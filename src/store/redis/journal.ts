@@ -1,4 +1,4 @@
-import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync, writeSync } from 'node:fs'
+import { closeSync, mkdirSync, openSync, readdirSync, readSync, unlinkSync, writeSync } from 'node:fs'
 import { join } from 'node:path'
 
 /** One key as the journal last wrote it: its value and when it expires (ms since the epoch). */
@@ -46,7 +46,7 @@ export class KeyJournal {
     const names = readdirSync(dir).filter((n) => NAME.test(n)).sort()
     for (const name of names) {
       const segment: Segment = { name, start: Number(NAME.exec(name)![1]), maxExpiresAt: 0 }
-      for (const line of readFileSync(join(dir, name), 'utf8').split('\n')) {
+      for (const line of linesOf(join(dir, name))) {
         if (line === '') continue
         let entry: unknown
         try {
@@ -116,5 +116,32 @@ export class KeyJournal {
     this.fd = openSync(join(this.dir, name), 'a')
     this.segments.push({ name, start, maxExpiresAt: 0 })
     this.prune()
+  }
+}
+
+/**
+ * A file's lines, read 1 MiB at a time: an hour of a busy service's records may be more than one
+ * string can hold. JSON lines hold no raw newline, and no byte of a multi-byte UTF-8 character is one.
+ */
+function* linesOf(file: string): Generator<string> {
+  const fd = openSync(file, 'r')
+  try {
+    const chunk = Buffer.allocUnsafe(1 << 20)
+    let rest = Buffer.alloc(0)
+    for (;;) {
+      const n = readSync(fd, chunk, 0, chunk.length, null)
+      if (n === 0) break
+      const data = rest.length > 0 ? Buffer.concat([rest, chunk.subarray(0, n)]) : chunk.subarray(0, n)
+      let start = 0
+      for (let nl = data.indexOf(10); nl >= 0; nl = data.indexOf(10, start)) {
+        yield data.toString('utf8', start, nl)
+        start = nl + 1
+      }
+      // Copied: `chunk` is read into again.
+      rest = Buffer.from(data.subarray(start))
+    }
+    if (rest.length > 0) yield rest.toString('utf8')
+  } finally {
+    closeSync(fd)
   }
 }
