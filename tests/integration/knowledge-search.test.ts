@@ -217,13 +217,46 @@ describe('the workflow knowledge_retrieval node', () => {
     for (let i = 1; i < results.length; i++) expect(results[i].score).toBeLessThanOrEqual(results[i - 1].score)
   })
 
-  test('a base of another workspace fails the run with knowledge_base_not_found', async () => {
+  test('a base of another workspace, or none, is refused when the workflow is saved (POST and PUT): 400 naming the field, nothing saved', async () => {
     const foreign = (await createKb(h, outsider, { name: 'Not yours' })).id
-    const wf = await workflow({ knowledge_base_ids: [bases.vector, foreign] })
+    const graphWith = (ids: string[]) =>
+      chain(start([{ name: 'question', type: 'string', required: true }]), { id: 'search', type: 'knowledge_retrieval', config: { query: '{{inputs.question}}', knowledge_base_ids: ids } }, end({}))
+    const count = async () => (await h.deps.db.sql`select count(*)::int as n from workflows where workspace_id = ${ws}`)[0]!.n
+    const before = await count()
+    for (const [ids, at] of [[[bases.vector, foreign], 1], [['kb_01jbz3k9x8q7r6s5t4v3w2y1z0'], 0]] as const) {
+      const res = await h.call('POST', '/v1/workflows', { key: owner, body: { workspace_id: ws, name: 'Reaching out', graph: graphWith([...ids]) } })
+      expect({ status: res.status, code: res.body.error?.code, param: res.body.error?.param }).toEqual({ status: 400, code: 'validation_error', param: `graph.nodes.1.config.knowledge_base_ids.${at}` })
+      expect(res.body.error.message).toContain(ids[at])
+    }
+    expect(await count()).toBe(before)
+    // PUT over a valid workflow: refused, the saved version and graph unchanged.
+    const wf = await workflow({ knowledge_base_ids: [bases.vector] })
+    const res = await h.call('PUT', `/v1/workflows/${wf}`, { key: owner, body: { name: 'Reaching out', graph: graphWith([foreign]) } })
+    expect({ status: res.status, param: res.body.error?.param }).toEqual({ status: 400, param: 'graph.nodes.1.config.knowledge_base_ids.0' })
+    const saved = (await h.call('GET', `/v1/workflows/${wf}`, { key: owner })).body.data
+    expect(saved.version).toBe(1)
+    expect(saved.graph.nodes[1].config.knowledge_base_ids).toEqual([bases.vector])
+    // The same refusal for an agent naming the base (checked there since agents came).
+    const agent = await h.call('POST', '/v1/agents', { key: owner, body: { workspace_id: ws, name: 'Reaching out', type: 'agent', model: 'local-chat', knowledge_base_ids: [foreign] } })
+    expect({ status: agent.status, param: agent.body.error?.param }).toEqual({ status: 400, param: 'knowledge_base_ids[0]' })
+  })
+
+  test('a member of both workspaces cannot join them either: its other workspace\'s base is refused too', async () => {
+    const both = await workspaceOf(h, owner, 'Also mine')
+    const mine = (await createKb(h, owner, { workspace_id: both, name: 'Mine, elsewhere' })).id
+    const graph = chain(start([{ name: 'question', type: 'string', required: true }]), { id: 'search', type: 'knowledge_retrieval', config: { query: '{{inputs.question}}', knowledge_base_ids: [mine] } }, end({}))
+    const res = await h.call('POST', '/v1/workflows', { key: owner, body: { workspace_id: ws, name: 'Bridging', graph } })
+    expect({ status: res.status, param: res.body.error?.param }).toEqual({ status: 400, param: 'graph.nodes.1.config.knowledge_base_ids.0' })
+  })
+
+  test('a base deleted after the save fails the run with knowledge_base_not_found', async () => {
+    const doomed = (await createKb(h, owner, { workspace_id: ws, name: 'Doomed' })).id
+    const wf = await workflow({ knowledge_base_ids: [bases.vector, doomed] })
+    expect((await h.call('DELETE', `/v1/knowledge-bases/${doomed}`, { key: owner })).status).toBe(200)
     const res = await run(wf, 'shipping')
     expect(res.status).toBe(200)
     expect(res.body.status).toBe('failed')
     expect(res.body.error).toEqual({ code: 'knowledge_base_not_found', message: res.body.error.message, node: 'search' })
-    expect(res.body.error.message).toContain(foreign)
+    expect(res.body.error.message).toContain(doomed)
   })
 })

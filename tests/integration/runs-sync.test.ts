@@ -157,10 +157,14 @@ describe('sync runs', () => {
     expect(out.body).toMatchObject({ path: '/lookup', method: 'GET' })
   })
 
-  test('knowledge_retrieval of an unknown base fails the run: HTTP 200, status failed, error knowledge_base_not_found naming the node', async () => {
+  test('knowledge_retrieval of a base deleted since the save fails the run: HTTP 200, status failed, error knowledge_base_not_found naming the node', async () => {
+    // An unknown base is refused when the workflow is saved; one deleted afterwards is found missing by the run.
+    const kb = await env.h.call('POST', '/v1/knowledge-bases', { key: env.owner, body: { workspace_id: env.ws, name: 'Soon gone' } })
+    expect(kb.status).toBe(201)
     const wf = await env.workflow(
-      chain(start(), { id: 'search', type: 'knowledge_retrieval', config: { knowledge_base_ids: ['kb_01jbz3k9x8q7r6s5t4v3w2y1z0'], query: 'anything' } }, end({})),
+      chain(start(), { id: 'search', type: 'knowledge_retrieval', config: { knowledge_base_ids: [kb.body.data.id], query: 'anything' } }, end({})),
     )
+    expect((await env.h.call('DELETE', `/v1/knowledge-bases/${kb.body.data.id}`, { key: env.owner })).status).toBe(200)
     const res = await env.trigger(wf)
     expect(res.status).toBe(200)
     expect(res.body.status).toBe('failed')

@@ -4,7 +4,9 @@ import type { Pool } from '../../store/db'
 import * as store from '../../store/workflows'
 import type { Action, Caller } from '../access'
 import { access, loadOwned } from '../workspaces'
+import { knowledgeBaseIn } from '../references'
 import { validateGraph } from './graph'
+import type { Graph, NodeType } from './types'
 
 export interface WorkflowInput {
   name: string
@@ -23,6 +25,7 @@ export function loadWorkflow(sql: Pool, caller: Caller, id: string, action: Acti
 export async function createWorkflow(sql: Pool, caller: Caller, workspaceId: string, input: WorkflowInput): Promise<store.WorkflowRow> {
   await access(sql, caller, workspaceId, 'build')
   const graph = validateGraph(input.graph)
+  await checkReferences(sql, workspaceId, graph)
   return sql.begin((tx) =>
     store.insertWorkflow(tx, {
       id: newId('wf'),
@@ -42,8 +45,9 @@ export async function listWorkflows(sql: Pool, caller: Caller, workspaceId: stri
 
 /** PUT: name, description and graph replaced as a whole; the version goes up by one. */
 export async function replaceWorkflow(sql: Pool, caller: Caller, id: string, input: WorkflowInput): Promise<store.WorkflowRow> {
-  await loadWorkflow(sql, caller, id, 'build')
+  const current = await loadWorkflow(sql, caller, id, 'build')
   const graph = validateGraph(input.graph)
+  await checkReferences(sql, current.workspace_id, graph)
   return sql.begin(async (tx) => {
     await store.lockWorkflow(tx, id)
     return store.updateWorkflow(tx, id, { name: input.name, description: input.description ?? '', graph })
@@ -54,4 +58,27 @@ export async function replaceWorkflow(sql: Pool, caller: Caller, id: string, inp
 export async function deleteWorkflow(sql: Pool, caller: Caller, id: string): Promise<void> {
   await loadWorkflow(sql, caller, id, 'build')
   await sql.begin((tx) => store.deleteWorkflow(tx, id))
+}
+
+/**
+ * What a node's config names in its workspace, by node type: each id must be a resource of the
+ * workflow's own workspace when the graph is saved (src/domain/references.ts). The run checks again,
+ * since a resource may be deleted after the save.
+ */
+type CheckIn = (sql: Pool, workspaceId: string, id: string, param: string) => Promise<unknown>
+const REFERENCES: Partial<Record<NodeType, { key: string; check: CheckIn }[]>> = {
+  knowledge_retrieval: [{ key: 'knowledge_base_ids', check: knowledgeBaseIn }],
+}
+
+async function checkReferences(sql: Pool, workspaceId: string, graph: Graph): Promise<void> {
+  for (const [n, node] of graph.nodes.entries()) {
+    for (const { key, check } of REFERENCES[node.type] ?? []) {
+      const value = node.config[key]
+      const ids = Array.isArray(value) ? value : [value]
+      for (const [i, id] of ids.entries()) {
+        // validateGraph has checked the shape: ids are non-empty strings.
+        await check(sql, workspaceId, id as string, `graph.nodes.${n}.config.${key}${Array.isArray(value) ? `.${i}` : ''}`)
+      }
+    }
+  }
 }
