@@ -28,9 +28,29 @@ export async function parseDocx(bytes: Uint8Array): Promise<Block[]> {
   return htmlToBlocks(html)
 }
 
-/** What a Word document may unpack to: far above real ones (text XML, images), far below a bomb's. */
-export const DOCX_MAX_UNPACKED_BYTES = 256 * 1024 * 1024
+/**
+ * What a Word document's parts may unpack to, all together: the largest upload (MAX_UPLOAD_BYTES,
+ * 50 MiB) is mostly images when it is that large, and images do not deflate, so they unpack to about
+ * their size; 64 MiB leaves the XML room beside them. Parts that are not XML are only ever inflated
+ * as a counted stream (refuseLyingZip), never parsed: they cost time, not memory.
+ */
+export const DOCX_MAX_UNPACKED_BYTES = 64 * 1024 * 1024
+/**
+ * What the XML parts (document, headers, footnotes, styles...: what mammoth parses) may unpack to.
+ * mammoth holds a tree of the XML and then the HTML: measured (bun --smol, peak RSS of the process,
+ * one long paragraph per 1 KB of XML) 128 MB for 4 MiB, 304 MB for 16 MiB, 498 MB for 32 MiB, 984 MB
+ * for 64 MiB: ~15 bytes of memory per byte of XML. A real document needs far less: Word writes
+ * ~300 bytes of markup per paragraph and ~100 per run of formatting, so a 1 300-page novel (3 MB of
+ * text, ~12 000 paragraphs) is ~8 MiB of XML. 16 MiB is twice that, and ~300 MB to read, under the
+ * document worker's memory limit (src/domain/knowledge/sandbox.ts). The probe's 287 KB file that
+ * inflates to 196 MB (it took the process to 14 GB under the old 256 MiB cap) is refused from its
+ * zip directory in milliseconds.
+ */
+export const DOCX_MAX_XML_BYTES = 16 * 1024 * 1024
 const DOCX_MAX_ENTRIES = 10_000
+
+/** The parts mammoth parses (XML and relationships); media and the rest are never parsed. */
+const isXmlPart = (name: string) => /\.(xml|rels)$/i.test(name)
 
 /**
  * A zip bomb (a few MB that unpack to gigabytes) is refused before mammoth unpacks anything: fflate
@@ -39,11 +59,13 @@ const DOCX_MAX_ENTRIES = 10_000
  */
 function refuseZipBomb(bytes: Uint8Array): void {
   let total = 0
+  let xml = 0
   let entries = 0
   try {
     unzipSync(bytes, {
       filter: (file) => {
         total += file.originalSize
+        if (isXmlPart(file.name)) xml += file.originalSize
         entries++
         return false
       },
@@ -53,6 +75,9 @@ function refuseZipBomb(bytes: Uint8Array): void {
   }
   if (total > DOCX_MAX_UNPACKED_BYTES || entries > DOCX_MAX_ENTRIES) {
     throw new ParseError('parse_error', `the Word document unpacks to ${total} bytes in ${entries} parts (at most ${DOCX_MAX_UNPACKED_BYTES} bytes and ${DOCX_MAX_ENTRIES} parts): refused as a zip bomb`)
+  }
+  if (xml > DOCX_MAX_XML_BYTES) {
+    throw new ParseError('parse_error', `the Word document's XML unpacks to ${xml} bytes (at most ${DOCX_MAX_XML_BYTES}): refused as too large to read`)
   }
 }
 
@@ -64,7 +89,7 @@ function refuseZipBomb(bytes: Uint8Array): void {
  * inflate of a real document (measured 9-45 ms for the 19 KB fixture: JSZip yields to the event loop
  * between pieces); its memory stays at one piece.
  */
-export async function refuseLyingZip(bytes: Uint8Array, limit = DOCX_MAX_UNPACKED_BYTES): Promise<void> {
+export async function refuseLyingZip(bytes: Uint8Array, limit = DOCX_MAX_UNPACKED_BYTES, xmlLimit = DOCX_MAX_XML_BYTES): Promise<void> {
   let zip: JSZip
   try {
     zip = await JSZip.loadAsync(bytes)
@@ -72,17 +97,21 @@ export async function refuseLyingZip(bytes: Uint8Array, limit = DOCX_MAX_UNPACKE
     throw readError(err)
   }
   let total = 0
+  let xml = 0
   for (const file of Object.values(zip.files)) {
     if (file.dir) continue
+    const parsed = isXmlPart(file.name)
     await new Promise<void>((resolve, reject) => {
       // JSZip's own stream of a part (typed in its sources, not in its .d.ts): pieces of ~16 KB.
       const stream = (file as unknown as { internalStream(type: 'uint8array'): PartStream }).internalStream('uint8array')
       stream
         .on('data', (piece) => {
           total += piece.length
-          if (total <= limit) return
+          if (parsed) xml += piece.length
+          if (total <= limit && xml <= xmlLimit) return
           stream.pause()
-          reject(new ParseError('parse_error', `the Word document unpacks to more than ${limit} bytes, more than its zip directory says: refused as a zip bomb`))
+          if (total > limit) reject(new ParseError('parse_error', `the Word document unpacks to more than ${limit} bytes, more than its zip directory says: refused as a zip bomb`))
+          else reject(new ParseError('parse_error', `the Word document's XML unpacks to more than ${xmlLimit} bytes, more than its zip directory says: refused as too large to read`))
         })
         .on('error', (err) => reject(readError(err)))
         .on('end', () => resolve())
