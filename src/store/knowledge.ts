@@ -46,6 +46,8 @@ export interface DocumentRow {
   lease_owner: string | null
   lease_until: Date | null
   attempts: number
+  /** Parsing and chunking started (at each claim) and not finished since (migration 00009). */
+  processing_attempts: number
   generation: number
   live_generation: number | null
   chunks_count: number
@@ -175,11 +177,14 @@ export async function documentsOf(sql: Sql, kbId: string): Promise<DocumentRow[]
 
 /**
  * Claims up to `limit` documents being ingested whose lease is free or expired, in one statement;
- * `attempts` counts the claims (a document that kills its workers fails after a few).
+ * `attempts` counts the claims, `processing_attempts` the parsing runs started since the last that
+ * finished (every claim parses again): both are counted here, before any work, so a process that
+ * dies on a document has counted it (a document that kills its workers fails after a few).
  */
 export async function claimDocuments(sql: Sql, owner: string, leaseMs: number, limit: number): Promise<DocumentRow[]> {
   return sql<DocumentRow[]>`
-    update documents set lease_owner = ${owner}, lease_until = now() + ${leaseMs}::int * interval '1 millisecond', attempts = attempts + 1
+    update documents set lease_owner = ${owner}, lease_until = now() + ${leaseMs}::int * interval '1 millisecond', attempts = attempts + 1,
+      processing_attempts = processing_attempts + 1
     where id in (
       select id from documents
       where status in ('parsing', 'chunking', 'embedding') and (lease_until is null or lease_until < now())
@@ -196,8 +201,16 @@ export async function heartbeatDocuments(sql: Sql, owner: string, ids: string[],
   return rows.map((r) => r.id)
 }
 
+/** The document process answered for this claim: its parsing no longer counts towards poison_document. */
+export async function finishDocumentProcessing(sql: Sql, id: string, owner: string): Promise<void> {
+  await sql`update documents set processing_attempts = 0 where id = ${id} and lease_owner = ${owner}`
+}
+
+/** A worker stopping cleanly gives its documents back; a parsing run it cut short is not the document's fault. */
 export async function releaseDocumentsOf(sql: Sql, owner: string): Promise<void> {
-  await sql`update documents set lease_owner = null, lease_until = null where lease_owner = ${owner} and status in ('parsing', 'chunking', 'embedding')`
+  await sql`
+    update documents set lease_owner = null, lease_until = null, processing_attempts = greatest(processing_attempts - 1, 0)
+    where lease_owner = ${owner} and status in ('parsing', 'chunking', 'embedding')`
 }
 
 /** Which document a transition applies to: as last read (status and generation), and for a worker its lease. */
@@ -239,6 +252,7 @@ export async function writeDocumentTransition(sql: Sql, guard: DocumentGuard, w:
       lease_owner = ${settled || w.requeue ? null : sql`lease_owner`},
       lease_until = ${settled || w.requeue ? null : sql`lease_until`},
       attempts = ${w.requeue ? 0 : sql`attempts`},
+      processing_attempts = ${w.requeue ? 0 : sql`processing_attempts`},
       updated_at = now()
     where id = ${guard.id} and status = ${guard.status} and generation = ${guard.generation}
       ${guard.owner === undefined ? sql`` : sql`and lease_owner = ${guard.owner}`}

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { strToU8, unzipSync, zipSync } from 'fflate'
 import { parseDocument, ParseError } from '../../src/domain/knowledge/parse'
 import { DOCX_MAX_UNPACKED_BYTES, refuseLyingZip } from '../../src/domain/knowledge/parse/docx'
-import { parsePdf } from '../../src/domain/knowledge/parse/pdf'
+import { DEFAULT_SANDBOX_LIMITS, DocumentSandbox, SandboxFailure } from '../../src/domain/knowledge/sandbox'
 import { cleanFileName } from '../../src/domain/knowledge/upload'
 
 /** Hostile documents (issue 9): each is refused with a parse error, or read harmlessly; none hangs the process. */
@@ -80,16 +80,26 @@ describe('XML bombs in DOCX', () => {
 
 describe('PDFs that take too long', () => {
   const PDF = new Uint8Array(readFileSync(join(import.meta.dir, '../fixtures/documents/sample.pdf')))
+  const settings = { chunk_size: 256, chunk_overlap: 32 }
 
-  test('are read in a thread of their own, stopped at the time limit: a parse error, the process unharmed', async () => {
-    // No PDF here loops pdf.js; a limit shorter than any reading shows the thread being stopped.
-    const err = await failure(parsePdf(PDF, 1))
-    expect(err.code).toBe('parse_error')
-    expect(err.message).toBe('the PDF took longer than 0.001 s to read')
-    // The same file, with the default limit, reads as before, and so does the next one.
-    expect((await parsePdf(PDF)).length).toBeGreaterThan(0)
-    expect((await parsePdf(PDF)).length).toBeGreaterThan(0)
-  })
+  test('are read in the document process, killed at the time limit: processing_timeout, the next one read', async () => {
+    // No PDF here loops pdf.js; a limit shorter than any reading shows the process being stopped.
+    const fast = new DocumentSandbox({ ...DEFAULT_SANDBOX_LIMITS, timeoutMs: 1 })
+    const sandbox = new DocumentSandbox()
+    try {
+      const err = await fast.process('pdf', async () => PDF, settings).then(
+        () => null,
+        (e) => e,
+      )
+      expect(err).toBeInstanceOf(SandboxFailure)
+      expect(err).toMatchObject({ code: 'processing_timeout', message: 'parsing and chunking the document took longer than 0.001 s' })
+      // The same file, with the default limit, reads as before, and so does the next one.
+      expect((await sandbox.process('pdf', async () => PDF, settings)).length).toBeGreaterThan(0)
+      expect((await sandbox.process('pdf', async () => PDF, settings)).length).toBeGreaterThan(0)
+    } finally {
+      await Promise.all([fast.close(), sandbox.close()])
+    }
+  }, 20_000)
 })
 
 describe('file names', () => {

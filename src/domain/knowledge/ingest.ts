@@ -2,14 +2,32 @@ import type { Deps } from '../../deps'
 import { AppError } from '../../lib/errors'
 import type { DocumentEvent, DocumentStatus } from '../../machines/document.machine'
 import * as store from '../../store/knowledge'
-import { chunkDocument, type Chunk } from './chunk'
+import type { Chunk, ChunkSettings } from './chunk'
 import { applyDocumentEvents, originalKey } from './documents'
-import { ParseError, parseDocument, type DocType, type ParsedDocument } from './parse'
+import type { DocType } from './parse'
+import { type DocumentSandbox, SandboxAborted, SandboxCrashed, SandboxFailure } from './sandbox'
 
-/** How many chunks one embedding call and one insert carry. */
+/** How many chunks one embedding call carries (local-embed: ~20 ms of the event loop for 64). */
 const EMBED_BATCH = 64
+/**
+ * How many chunks one insert carries. The embedded database (PGlite) runs each statement on the
+ * event loop, and a chunk's row with its HNSW index entries costs ~1-4 ms there. Measured with
+ * bench/hostile-documents.ts (a 1 MB text, 937 chunks), GET /healthz p99 meanwhile: 64 rows a
+ * statement 360-390 ms, 16 rows 100-360 ms, 4 rows 35-50 ms, for the same time to ready (~6 s):
+ * HTTP requests and lease heartbeats are served between statements. PostgreSQL runs elsewhere, and
+ * a round trip per 4 rows would only slow it.
+ */
+const insertBatch = (deps: Deps) => (deps.db.kind === 'pglite' ? 4 : EMBED_BATCH)
 /** Claims of one document before it fails: an upstream outage is retried, a document that kills its worker is not forever. */
 export const MAX_ATTEMPTS = 5
+/**
+ * Parsing runs started and never finished (the process died, was killed, or its document process
+ * crashed) before the document fails as poison_document and is never claimed again. A document
+ * process that hits its time or memory limit fails the document at once (processing_timeout,
+ * processing_memory): this counts what no limit caught. 3: one death is bad luck (a deploy, the
+ * OOM killer acting for another process), three in a row on the same document are the document.
+ */
+export const MAX_PROCESSING_ATTEMPTS = 3
 
 /** The run of a document's ingestion ended under the worker (deleted, restarted, taken over). */
 export class DocumentGone extends Error {
@@ -35,7 +53,14 @@ class IngestFailure extends Error {
  * settings are in the snapshot), and embedding writes only the positions not written yet, so a crash
  * never makes duplicate chunks.
  */
-export async function ingestDocument(deps: Deps, owner: string, claimed: store.DocumentRow, kb: store.KnowledgeBaseRow, signal: AbortSignal): Promise<store.DocumentRow> {
+export async function ingestDocument(
+  deps: Deps,
+  owner: string,
+  claimed: store.DocumentRow,
+  kb: store.KnowledgeBaseRow,
+  sandbox: DocumentSandbox,
+  signal: AbortSignal,
+): Promise<store.DocumentRow> {
   let doc = claimed
   const advance = async (events: DocumentEvent[], write: Partial<store.DocumentWrite> = {}) => {
     if (signal.aborted) throw new DocumentGone('stopped')
@@ -59,11 +84,16 @@ export async function ingestDocument(deps: Deps, owner: string, claimed: store.D
   }
 
   try {
+    if (doc.processing_attempts > MAX_PROCESSING_ATTEMPTS) {
+      throw new IngestFailure(
+        'poison_document',
+        `reading the document was started ${doc.processing_attempts - 1} times and never finished (its process died or stopped answering each time): it is not tried again`,
+      )
+    }
     if (doc.attempts > MAX_ATTEMPTS) throw new IngestFailure('ingestion_failed', `ingestion was interrupted ${doc.attempts - 1} times (a worker died or the embedding model was unavailable)`)
     const settings = doc.snapshot.context.chunking ?? kb.chunking
-    const parsed = await parse(deps, doc)
+    const chunks = await parseAndChunk(deps, owner, doc, settings, sandbox, signal)
     if (doc.status === 'parsing') await advance([{ type: 'parsed' }])
-    const chunks = chunkDocument(parsed, settings)
     if (chunks.length === 0) throw new IngestFailure('empty_document', 'the document has no text to index')
     if (doc.status === 'chunking') await advance([{ type: 'chunked', chunks: chunks.length }])
     // Claimed in `embedding`: a worker died there, some positions may be written already.
@@ -76,19 +106,30 @@ export async function ingestDocument(deps: Deps, owner: string, claimed: store.D
   return doc
 }
 
-async function parse(deps: Deps, doc: store.DocumentRow): Promise<ParsedDocument> {
-  let bytes: Uint8Array
-  try {
-    bytes = await deps.files.read(originalKey(doc))
-  } catch {
-    throw new IngestFailure('original_missing', 'the uploaded original is no longer in storage')
+/**
+ * The document's chunks, parsed and chunked in the document process (sandbox.ts), off this event
+ * loop, within its time, memory and chunk limits. A limit hit or a bad file fails the document; the
+ * process crashing leaves it to be claimed again (counted in processing_attempts at the claim).
+ */
+async function parseAndChunk(deps: Deps, owner: string, doc: store.DocumentRow, settings: ChunkSettings, sandbox: DocumentSandbox, signal: AbortSignal): Promise<Chunk[]> {
+  const load = async () => {
+    try {
+      return await deps.files.read(originalKey(doc))
+    } catch {
+      throw new IngestFailure('original_missing', 'the uploaded original is no longer in storage')
+    }
   }
+  let chunks: Chunk[]
   try {
-    return await parseDocument(doc.doc_type as DocType, bytes)
+    chunks = await sandbox.process(doc.doc_type as DocType, load, settings, signal)
   } catch (err) {
-    if (err instanceof ParseError) throw new IngestFailure(err.code, err.message)
-    throw new IngestFailure('parse_error', `the ${doc.doc_type} file could not be read`)
+    if (err instanceof SandboxFailure) throw new IngestFailure(err.code, err.message)
+    if (err instanceof SandboxAborted) throw new DocumentGone(err.message)
+    if (err instanceof SandboxCrashed) throw new RetryLater(err.message)
+    throw err
   }
+  await store.finishDocumentProcessing(deps.db.sql, doc.id, owner)
+  return chunks
 }
 
 /** Embeds the chunks not written yet (a resumed ingestion skips the rest) and writes them, a batch at a time. */
@@ -111,12 +152,17 @@ async function embedAndWrite(deps: Deps, owner: string, doc: store.DocumentRow, 
     }
     const wrong = vectors.find((v) => v.length !== kb.dimensions)
     if (wrong) throw new IngestFailure('embedding_failed', `${model.id} answered ${wrong.length} dimensions; the knowledge base holds ${kb.dimensions}`)
-    const inserted = await store.insertChunks(
-      deps.db.sql,
-      { id: doc.id, knowledge_base_id: doc.knowledge_base_id, generation: doc.generation, metadata: doc.metadata, owner },
-      kb.dimensions,
-      batch.map((c, k) => ({ ...c, embedding: vectors[k]! })),
-    )
-    if (inserted === null) throw new DocumentGone(`document ${doc.id} was deleted, restarted or taken over`)
+    const rows = insertBatch(deps)
+    for (let k = 0; k < batch.length; k += rows) {
+      const inserted = await store.insertChunks(
+        deps.db.sql,
+        { id: doc.id, knowledge_base_id: doc.knowledge_base_id, generation: doc.generation, metadata: doc.metadata, owner },
+        kb.dimensions,
+        batch.slice(k, k + rows).map((c, n) => ({ ...c, embedding: vectors[k + n]! })),
+      )
+      if (inserted === null) throw new DocumentGone(`document ${doc.id} was deleted, restarted or taken over`)
+      // A turn of the event loop between statements: requests waiting on it go first.
+      await new Promise((resolve) => setImmediate(resolve))
+    }
   }
 }

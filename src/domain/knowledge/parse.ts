@@ -9,7 +9,7 @@ import { parseDocx } from './parse/docx'
 import { parseHtml } from './parse/html'
 import { parseJson } from './parse/json'
 import { parseMarkdown } from './parse/markdown'
-import { parsePdf } from './parse/pdf'
+import { readPdf } from './parse/pdf'
 import { parseTxt } from './parse/text'
 import { type Block, type DocType, ParseError, type ParsedDocument } from './parse/types'
 
@@ -72,7 +72,7 @@ const parsers: Record<DocType, (bytes: Uint8Array) => Block[] | Promise<Block[]>
   txt: parseTxt,
   md: parseMarkdown,
   html: parseHtml,
-  pdf: parsePdf,
+  pdf: readPdf,
   docx: parseDocx,
   csv: parseCsv,
   json: parseJson,
@@ -81,7 +81,8 @@ const parsers: Record<DocType, (bytes: Uint8Array) => Block[] | Promise<Block[]>
 /**
  * Parses a whole file into blocks. A corrupt file → ParseError('parse_error', a clear message); a file
  * with no text at all (0 bytes, whitespace only, a PDF with no text) → ParseError('empty_document', ...).
- * Never throws anything else for bad input. pdf.js has no time limit: see parse/pdf.ts.
+ * Never throws anything else for bad input. No parser here has a time or memory limit of its own: the
+ * service calls this in the document process (sandbox.ts), which has both.
  */
 export async function parseDocument(type: DocType, bytes: Uint8Array): Promise<ParsedDocument> {
   const parse = parsers[type]

@@ -16,37 +16,6 @@ interface Item {
   hasEOL: boolean
 }
 
-/** How long one PDF may take to read before its thread is stopped and the document fails. */
-export const PDF_TIMEOUT_MS = 60_000
-
-/**
- * A PDF's text, read in a worker thread of its own (pdf-worker.ts) that is terminated when it takes
- * longer than `timeoutMs`: this build of pdf.js runs on the calling thread, where a hostile file could
- * hold the event loop (HTTP, lease heartbeats) for as long as pdf.js cares to loop. A thread costs
- * ~0.1 s to start, small beside what PDFs take to read.
- */
-export async function parsePdf(bytes: Uint8Array, timeoutMs = PDF_TIMEOUT_MS): Promise<Block[]> {
-  const worker = new Worker(new URL('./pdf-worker.ts', import.meta.url).href)
-  let timer: ReturnType<typeof setTimeout> | undefined
-  try {
-    const answer = await new Promise<PdfAnswer>((resolve, reject) => {
-      timer = setTimeout(() => reject(new ParseError('parse_error', `the PDF took longer than ${timeoutMs / 1000} s to read`)), timeoutMs)
-      worker.onmessage = (event: MessageEvent<PdfAnswer>) => resolve(event.data)
-      worker.onerror = (event) => reject(new ParseError('parse_error', `the PDF could not be read: ${event.message}`))
-      // A copy, handed over: pdf.js may take ownership of the buffer it is given.
-      const copy = new Uint8Array(bytes)
-      worker.postMessage(copy, [copy.buffer])
-    })
-    if ('error' in answer) throw new ParseError('parse_error', answer.error)
-    return answer.blocks
-  } finally {
-    clearTimeout(timer)
-    worker.terminate()
-  }
-}
-
-export type PdfAnswer = { blocks: Block[] } | { error: string }
-
 /**
  * A PDF's text with pdf.js (through unpdf, which bundles a build that needs no worker or canvas),
  * page by page: text items → lines (by baseline) → paragraphs. A paragraph ends where the gap to the
@@ -54,13 +23,15 @@ export type PdfAnswer = { blocks: Block[] } | { error: string }
  * size: 1.2 × the font size in most documents, 2.4 × in double-spaced ones), where the font size
  * changes by over 15 % (a heading-like line is its own paragraph) and at the end of a page.
  *
- * PDFs carry no reliable headings (tagged PDFs are rare), so every paragraph is a text block. Runs in
- * the PDF worker thread (parsePdf). (sample.pdf, 2 pages: ~2.6 ms.)
+ * PDFs carry no reliable headings (tagged PDFs are rare), so every paragraph is a text block. pdf.js
+ * has no time or memory limit of its own: like every parser, it runs in the document process
+ * (src/domain/knowledge/sandbox.ts), which is killed at either limit. (sample.pdf, 2 pages: ~2.6 ms.)
  */
 export async function readPdf(bytes: Uint8Array): Promise<Block[]> {
   let pdf: Awaited<ReturnType<typeof getDocumentProxy>>
   try {
-    pdf = await getDocumentProxy(bytes, { verbosity: 0 })
+    // A copy: pdf.js takes ownership of the buffer it is given (it detaches it), and it is the caller's.
+    pdf = await getDocumentProxy(new Uint8Array(bytes), { verbosity: 0 })
   } catch (err) {
     throw pdfError(err)
   }

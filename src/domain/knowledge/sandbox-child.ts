@@ -1,0 +1,31 @@
+import { chunkDocument, TooManyChunks } from './chunk'
+import { ParseError, parseDocument } from './parse'
+import { CHUNKS_PER_MESSAGE, type SandboxJob, type SandboxMessage } from './sandbox'
+
+/**
+ * The process documents are parsed and chunked in (sandbox.ts starts it, and kills it at its time or
+ * memory limit): one job at a time, its chunks sent back in messages of CHUNKS_PER_MESSAGE, then
+ * `done`; or the error the document fails with.
+ */
+const send = (message: SandboxMessage) => process.send!(message)
+
+process.on('message', async (job: SandboxJob) => {
+  try {
+    const chunks = chunkDocument(await parseDocument(job.type, job.bytes), job.settings, job.maxChunks)
+    for (let i = 0; i < chunks.length; i += CHUNKS_PER_MESSAGE) send({ id: job.id, chunks: chunks.slice(i, i + CHUNKS_PER_MESSAGE) })
+    send({ id: job.id, done: chunks.length })
+  } catch (err) {
+    const error =
+      err instanceof ParseError
+        ? { code: err.code, message: err.message }
+        : err instanceof TooManyChunks
+          ? { code: 'too_many_chunks', message: `${err.message} (at most ${err.limit}): split it into smaller files` }
+          : { code: 'parse_error', message: `the ${job.type} file could not be read: ${(err as Error)?.message ?? String(err)}` }
+    send({ id: job.id, error })
+  }
+})
+
+send({ ready: true })
+
+// The service going away (its IPC channel closed) takes this process with it.
+process.on('disconnect', () => process.exit(0))

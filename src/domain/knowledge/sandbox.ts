@@ -1,0 +1,207 @@
+import type { Subprocess } from 'bun'
+import { readFileSync } from 'node:fs'
+import type { Chunk, ChunkSettings } from './chunk'
+import type { DocType } from './parse'
+
+/**
+ * Parsing and chunking, out of the service's process: a Bun subprocess (sandbox-child.ts) reads one
+ * document at a time and answers its chunks; this side holds it to a time limit and a memory limit
+ * and kills it at either. Why a process: the service's event loop (HTTP, lease heartbeats) must not
+ * wait on a parser, and its memory must not grow with one. A worker thread would keep the loop free,
+ * but Bun enforces no memory limit on threads (measured with Bun 1.4.5: `resourceLimits:
+ * { maxOldGenerationSizeMb: 100 }` is accepted and ignored, a thread grew the process past 1.5 GB),
+ * and an RSS is only measurable per process (/proc/<pid>/status).
+ *
+ * The child starts once (~0.3-1 s with its parsers loaded, ~130 MB RSS) and is kept for the next
+ * documents; it is stopped after IDLE_MS without work, when a limit is hit, and by close().
+ */
+
+/** What one document may cost to parse and chunk; docs/knowledge.md "Limits" says the same. */
+export interface SandboxLimits {
+  /** Wall-clock time of one document in the child, from the moment it is handed over. */
+  timeoutMs: number
+  /** Resident memory of the child (VmRSS), polled every RSS_POLL_MS while it works. */
+  maxRssBytes: number
+  /** Chunks of one document: past this, chunking stops and the document fails (too_many_chunks). */
+  maxChunks: number
+}
+
+export const DEFAULT_SANDBOX_LIMITS: SandboxLimits = {
+  // A 50 MB text on one line parses and chunks in ~15 s on one busy core; 60 s was pdf.js' limit before.
+  timeoutMs: 60_000,
+  // ~130 MB at rest, ~300 MB for the largest Word XML allowed (parse/docx.ts); the service itself
+  // stays near 200-300 MB, so service and child together stay under 1 GB.
+  maxRssBytes: 640 * 1024 * 1024,
+  // 256-token chunks: ~5 M tokens, ~20 MB of prose, a dozen long books in one file. Each chunk is
+  // embedded and stored (a row, a vector, its index entries): past this a file is better split.
+  maxChunks: 20_000,
+}
+
+const RSS_POLL_MS = 25
+const IDLE_MS = 10_000
+/** Chunks per message from the child: each message is decoded on the service's loop. */
+export const CHUNKS_PER_MESSAGE = 500
+
+/** A failure the document records as `failed` with this code. */
+export class SandboxFailure extends Error {
+  override name = 'SandboxFailure'
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message)
+  }
+}
+
+/** The child ended by itself mid-document (crashed): the document is tried again, and counted. */
+export class SandboxCrashed extends Error {
+  override name = 'SandboxCrashed'
+}
+
+/** The caller's signal fired (the lease was lost, the worker is stopping). */
+export class SandboxAborted extends Error {
+  override name = 'SandboxAborted'
+}
+
+export interface SandboxJob {
+  id: number
+  type: DocType
+  bytes: Uint8Array
+  settings: ChunkSettings
+  maxChunks: number
+}
+
+export type SandboxMessage = { ready: true } | { id: number; chunks: Chunk[] } | { id: number; done: number } | { id: number; error: { code: string; message: string } }
+
+/** The process' resident memory now, from /proc; null where there is no /proc (not Linux) or it is gone. */
+export function residentBytes(pid: number): number | null {
+  try {
+    const kb = /VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]
+    return kb === undefined ? null : Number(kb) * 1024
+  } catch {
+    return null
+  }
+}
+
+interface Pending {
+  id: number
+  chunks: Chunk[]
+  resolve: (chunks: Chunk[]) => void
+  reject: (err: Error) => void
+}
+
+export class DocumentSandbox {
+  private child: Subprocess | null = null
+  /** Settles when the child has loaded its parsers: its start-up is not the document's time. */
+  private started: Promise<void> = Promise.resolve()
+  private onStarted: (() => void) | null = null
+  private pending: Pending | null = null
+  /** Documents wait here for the child, one at a time: its memory is one document's. */
+  private queue: Promise<unknown> = Promise.resolve()
+  private idle: ReturnType<typeof setTimeout> | null = null
+  private nextId = 1
+
+  constructor(readonly limits: SandboxLimits = DEFAULT_SANDBOX_LIMITS) {}
+
+  /**
+   * The chunks of a document, parsed and chunked in the child; rejects with SandboxFailure,
+   * SandboxCrashed or SandboxAborted, or what `load` throws. `load` is called when the child is free
+   * for the document, so documents waiting their turn hold no bytes.
+   */
+  process(type: DocType, load: () => Promise<Uint8Array>, settings: ChunkSettings, signal?: AbortSignal): Promise<Chunk[]> {
+    const run = this.queue.then(async () => this.run(type, await load(), settings, signal))
+    this.queue = run.catch(() => undefined)
+    return run
+  }
+
+  /** The child's pid while one runs (for measurements). */
+  get pid(): number | null {
+    return this.child?.pid ?? null
+  }
+
+  /** Stops the child, failing the document at hand with SandboxAborted; a later document starts another. */
+  async close(): Promise<void> {
+    await this.stopChild(new SandboxAborted('the document sandbox was closed'))
+  }
+
+  private async run(type: DocType, bytes: Uint8Array, settings: ChunkSettings, signal?: AbortSignal): Promise<Chunk[]> {
+    if (signal?.aborted) throw new SandboxAborted('stopped')
+    if (this.idle) clearTimeout(this.idle)
+    const child = this.child ?? this.spawn()
+    try {
+      await this.started
+    } catch (err) {
+      if (signal?.aborted) throw new SandboxAborted('stopped')
+      throw err
+    }
+    const { timeoutMs, maxRssBytes, maxChunks } = this.limits
+    const id = this.nextId++
+    let poll: ReturnType<typeof setInterval> | undefined
+    let timer: ReturnType<typeof setTimeout> | undefined
+    const onAbort = () => void this.stopChild(new SandboxAborted('stopped'))
+    try {
+      return await new Promise<Chunk[]>((resolve, reject) => {
+        this.pending = { id, chunks: [], resolve, reject }
+        timer = setTimeout(() => void this.stopChild(new SandboxFailure('processing_timeout', `parsing and chunking the document took longer than ${timeoutMs / 1000} s`)), timeoutMs)
+        poll = setInterval(() => {
+          const rss = residentBytes(child.pid)
+          if (rss !== null && rss > maxRssBytes) {
+            void this.stopChild(new SandboxFailure('processing_memory', `parsing and chunking the document took more than ${Math.round(maxRssBytes / 1024 / 1024)} MiB of memory`))
+          }
+        }, RSS_POLL_MS)
+        signal?.addEventListener('abort', onAbort, { once: true })
+        const job: SandboxJob = { id, type, bytes, settings, maxChunks }
+        child.send(job)
+      })
+    } finally {
+      clearTimeout(timer)
+      clearInterval(poll)
+      signal?.removeEventListener('abort', onAbort)
+      this.pending = null
+      if (this.child) this.idle = setTimeout(() => void this.stopChild(null), IDLE_MS).unref()
+    }
+  }
+
+  private spawn(): Subprocess {
+    const child = Bun.spawn([process.execPath, '--smol', new URL('./sandbox-child.ts', import.meta.url).pathname], {
+      stdio: ['ignore', 'inherit', 'inherit'],
+      serialization: 'advanced',
+      ipc: (message: SandboxMessage) => this.receive(message),
+    })
+    this.child = child
+    let failStart: (err: Error) => void = () => {}
+    this.started = new Promise<void>((resolve, reject) => {
+      this.onStarted = resolve
+      failStart = reject
+    })
+    this.started.catch(() => undefined)
+    void child.exited.then(() => {
+      failStart(new SandboxCrashed(`the document process exited (${child.signalCode ?? `code ${child.exitCode}`}) before it was ready`))
+      if (this.child !== child) return
+      this.child = null
+      this.pending?.reject(new SandboxCrashed(`the document process exited (${child.signalCode ?? `code ${child.exitCode}`}) while reading a document`))
+    })
+    return child
+  }
+
+  private receive(message: SandboxMessage): void {
+    if ('ready' in message) return this.onStarted?.()
+    const p = this.pending
+    if (!p || message.id !== p.id) return
+    if ('chunks' in message) for (const c of message.chunks) p.chunks.push(c)
+    else if ('done' in message) p.resolve(p.chunks)
+    else p.reject(new SandboxFailure(message.error.code, message.error.message))
+  }
+
+  /** Kills the child (a limit, an abort, idleness), failing the document at hand with `reason`. */
+  private async stopChild(reason: Error | null): Promise<void> {
+    const child = this.child
+    if (this.idle) clearTimeout(this.idle)
+    this.idle = null
+    this.child = null
+    if (reason) this.pending?.reject(reason)
+    if (!child) return
+    child.kill('SIGKILL')
+    await child.exited
+  }
+}
