@@ -1,0 +1,103 @@
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { generateKey } from '../../src/domain/api-keys'
+import { openEmbedded } from '../../src/store/db'
+import { waitFor } from '../helpers/harness'
+import { longLineText } from '../helpers/hostile-documents'
+import { apiCall, EMBEDDED, killAll, spawnService, type ServiceProcess } from '../helpers/process'
+
+/**
+ * A hostile document survives its process (docs/knowledge.md "Limits: the document process"): the
+ * real service, embedded, is sent a 5 MB text on one line and SIGKILLed while its document process
+ * reads it. The document process goes with it (no orphan); restarted on the same DATA_DIR, the
+ * service claims the document once the dead one's lease has run out (15 s), reads it again and
+ * makes it ready, without any repair by hand. Before, such a text hung every process that claimed it.
+ */
+
+/** src/workers/documents.ts DOCUMENT_LEASE_MS. */
+const DOCUMENT_LEASE_MS = 15_000
+
+/** The pids of a process' children (every thread's), from /proc. */
+function childrenOf(pid: number): number[] {
+  try {
+    return readdirSync(`/proc/${pid}/task`).flatMap((t) => readFileSync(`/proc/${pid}/task/${t}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number))
+  } catch {
+    return []
+  }
+}
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0)
+    return !readFileSync(`/proc/${pid}/status`, 'utf8').includes('State:\tZ')
+  } catch {
+    return false
+  }
+}
+
+describe('embedded: SIGKILL while a hostile document is read', () => {
+  let tmp: string
+  let sp: ServiceProcess
+  const rootKey = generateKey()
+
+  beforeAll(() => {
+    tmp = mkdtempSync(join(tmpdir(), 'ap-e2e-knowledge-hostile-'))
+  })
+  afterAll(async () => {
+    await killAll()
+    if (tmp) rmSync(tmp, { recursive: true, force: true })
+  })
+
+  const boot = () => spawnService({ env: { ...EMBEDDED, DATA_DIR: join(tmp, 'data'), BOOTSTRAP_API_KEY: rootKey, RATE_LIMIT_BURST: '100000', RATE_LIMIT_PER_SECOND: '100000' } })
+  const call = (method: string, path: string, body?: unknown) => apiCall(sp, rootKey, method, path, body)
+
+  test('the document process dies with the service; after a restart the document is read again and ready', async () => {
+    sp = boot()
+    await sp.ready(30_000)
+    const ws = await call('POST', '/v1/workspaces', { name: 'Hostile' })
+    // Big chunks: the test waits on reading the line, not on embedding ~5 000 small chunks.
+    const kb = await call('POST', '/v1/knowledge-bases', { workspace_id: ws.body.data.id, name: 'One line', chunking: { chunk_size: 4096, chunk_overlap: 0 } })
+    expect(kb.status).toBe(201)
+    const bytes = longLineText(5 * 1024 * 1024)
+    const form = new FormData()
+    form.append('file', new Blob([bytes]), 'one-line.txt')
+    const up = await fetch(`${sp.url}/v1/knowledge-bases/${kb.body.data.id}/documents`, { method: 'POST', headers: { authorization: `Bearer ${rootKey}` }, body: form })
+    expect(up.status).toBe(201)
+    const id = ((await up.json()) as { document_id: string }).document_id
+
+    // The service has started its document process, and the document is being read.
+    const reader = await waitFor(
+      async () => {
+        const kids = childrenOf(sp.proc.pid)
+        return kids.length > 0 && (await call('GET', `/v1/documents/${id}`)).body.status === 'parsing' ? kids : null
+      },
+      { timeoutMs: 20_000, intervalMs: 20, what: 'the document process to read the document' },
+    )
+    sp.proc.kill('SIGKILL')
+    await sp.exited
+    // Its document process notices the closed channel and exits: nothing is left reading.
+    await waitFor(() => reader.every((pid) => !alive(pid)), { timeoutMs: 5_000, what: 'the document process to exit' })
+
+    sp = boot()
+    await sp.ready(30_000)
+    const done = await waitFor(
+      async () => {
+        const s = (await call('GET', `/v1/documents/${id}`)).body
+        return s.status === 'ready' || s.status === 'failed' ? s : null
+      },
+      { timeoutMs: DOCUMENT_LEASE_MS + 45_000, intervalMs: 200, what: 'the document to be ready after the restart' },
+    )
+    expect(done).toMatchObject({ status: 'ready', chunks_count: Math.ceil(bytes.byteLength / 5 / 4096) })
+    await sp.stop('SIGTERM')
+
+    // Two claims: the one the kill cut short counted before it read anything, the second finished.
+    const db = await openEmbedded({ dataDir: join(tmp, 'data') })
+    try {
+      const [row] = await db.sql<{ attempts: number; processing_attempts: number; error: unknown }[]>`select attempts, processing_attempts, error from documents where id = ${id}`
+      expect(row).toEqual({ attempts: 2, processing_attempts: 0, error: null })
+    } finally {
+      await db.close()
+    }
+  }, DOCUMENT_LEASE_MS + 120_000)
+})
