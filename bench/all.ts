@@ -37,6 +37,7 @@ const SUITES: Suite[] = [
   { name: SERVER ? 'knowledge-server' : 'knowledge', script: 'bench/knowledge.ts', about: 'Knowledge bases' },
   { name: 'agents', script: 'bench/agents.ts', about: 'Agents' },
   { name: 'console', script: 'bench/console.ts', about: 'Console' },
+  { name: 'hostile-documents', script: 'bench/hostile-documents.ts', about: 'Hostile documents (embedded)' },
   { name: 'soak', script: 'bench/soak.ts', about: 'Soak (3 min mixed)' },
 ]
 
