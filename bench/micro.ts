@@ -124,6 +124,14 @@ await timeAsync('setIfAbsent pending + set done record (MemoryRedis, 24 h TTL)',
   await redis.set(key, JSON.stringify({ s: 'done', f: 'x'.repeat(64), status: 201, body: JSON.stringify(workspace), headers: { 'content-type': 'application/json' } }), 86_400_000)
 })
 log(`MemoryRedis now holds ${n} idempotency records (~${Math.round(process.memoryUsage().heapUsed / 1048576)} MiB heap): they stay 24 h`)
+// Without REDIS_URL the service journals these records (src/boot.ts): one write(2) per call.
+const journaled = new MemoryRedis(Date.now, { dir: `${dir}/idempotency`, prefixes: ['idem:'] })
+await timeAsync('the same, journaled in DATA_DIR (the embedded default since d9dc77a)', async () => {
+  const key = `idem:key:${n++}`
+  await journaled.setIfAbsent(key, JSON.stringify({ s: 'pending', f: 'x'.repeat(64) }), 600_000)
+  await journaled.set(key, JSON.stringify({ s: 'done', f: 'x'.repeat(64), status: 201, body: JSON.stringify(workspace), headers: { 'content-type': 'application/json' } }), 86_400_000)
+})
+await journaled.close()
 await Bun.sleep(50)
 ;(await import('node:fs')).rmSync(dir, { recursive: true, force: true })
 process.exit(0)
