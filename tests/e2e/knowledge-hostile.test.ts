@@ -77,7 +77,7 @@ describe('embedded: SIGKILL while a hostile document is read', () => {
     sp.proc.kill('SIGKILL')
     await sp.exited
     // Its document process notices the closed channel and exits: nothing is left reading.
-    await waitFor(() => reader.every((pid) => !alive(pid)), { timeoutMs: 5_000, what: 'the document process to exit' })
+    await waitFor(() => reader!.every((pid) => !alive(pid)), { timeoutMs: 5_000, what: 'the document process to exit' })
 
     sp = boot()
     await sp.ready(30_000)

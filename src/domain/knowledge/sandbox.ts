@@ -27,10 +27,12 @@ export interface SandboxLimits {
 }
 
 export const DEFAULT_SANDBOX_LIMITS: SandboxLimits = {
-  // A 50 MB text on one line parses and chunks in ~15 s on one busy core; 60 s was pdf.js' limit before.
+  // Measured (bench/hostile-documents.ts): 5 MB on one line is read and chunked in ~1.5 s, 45 MB
+  // reaches maxChunks in ~5 s; 60 s was pdf.js' own limit before it moved here.
   timeoutMs: 60_000,
-  // ~130 MB at rest, ~300 MB for the largest Word XML allowed (parse/docx.ts); the service itself
-  // stays near 200-300 MB, so service and child together stay under 1 GB.
+  // ~130 MB at rest, ~300 MB for the largest Word XML allowed (parse/docx.ts), 486 MB for 45 MB on
+  // one line cut off at maxChunks; the embedded service itself sits at ~380 MB, so service and
+  // child together stay under 1 GB (934 MB at worst, measured).
   maxRssBytes: 640 * 1024 * 1024,
   // 256-token chunks: ~5 M tokens, ~20 MB of prose, a dozen long books in one file. Each chunk is
   // embedded and stored (a row, a vector, its index entries): past this a file is better split.
