@@ -48,9 +48,9 @@ export async function listRuns(deps: Deps, caller: Caller, workflowId: string, q
 }
 
 /**
- * CONTRACT 7: only a running run can be cancelled; the node in flight is aborted (via pub/sub). The
- * row is locked for the transition, so the worker's next guarded write waits for it and then finds
- * the run cancelled.
+ * Only a running run can be cancelled (docs/workflows.md); the node in flight is aborted (via
+ * pub/sub). The row is locked for the transition, so the worker's next guarded write waits for it
+ * and then finds the run cancelled.
  */
 export async function cancelRun(deps: Deps, caller: Caller, runId: string): Promise<runs.RunRow> {
   const { row: found, role } = await loadOwnedWithRole(deps.db.sql, caller, 'run', runId, 'use', runs.findRun)
