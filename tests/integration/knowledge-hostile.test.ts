@@ -90,7 +90,7 @@ describe('a text of 5 MB on one line', () => {
 describe('limits of the document process', () => {
   test('the time limit fails the document with processing_timeout; the next document is read by a new process', async () => {
     await withWorker({ timeoutMs: 200 }, async () => {
-      const slow = await upload(h, owner, kb, { bytes: longLineText(5 * 1024 * 1024), name: 'slow.txt' })
+      const slow = await upload(h, owner, kb, { bytes: longLineText(2 * 1024 * 1024), name: 'slow.txt' })
       const s = await settled(h, owner, slow, 60_000)
       expect(s.status).toBe('failed')
       expect((await rowOf(slow)).error).toEqual({ code: 'processing_timeout', message: 'parsing and chunking the document took longer than 0.2 s' })
@@ -137,7 +137,7 @@ describe('limits of the document process', () => {
 describe('poison documents', () => {
   test('a document whose reading dies every time is failed as poison_document at the fourth claim, and claimed no more', async () => {
     await withWorker({}, async (worker) => {
-      const id = await upload(h, owner, kb, { bytes: longLineText(5 * 1024 * 1024), name: 'poison.txt' })
+      const id = await upload(h, owner, kb, { bytes: longLineText(2 * 1024 * 1024), name: 'poison.txt' })
       // Each claim counts before any work; each time, the document process is killed mid-document.
       for (let claim = 1; claim <= 3; claim++) {
         await waitFor(async () => (await rowOf(id)).processing_attempts === claim && worker.sandbox.pid !== null, {
