@@ -2,8 +2,9 @@ import { Type, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 
 /**
- * The only reader of process.env. Every variable of CONTRACT section 11 plus the rate limit, each
- * validated; a bad value stops start-up with a message naming the variable.
+ * The only reader of process.env. Every variable of the configuration table (README.md, "Configuration")
+ * and SYNC_RUN_TIMEOUT_MS (docs/workflows.md, "Runs"), each validated; a bad value stops start-up with a
+ * message naming the variable.
  */
 const Bool = Type.Union([Type.Literal('true'), Type.Literal('false'), Type.Literal('1'), Type.Literal('0')])
 const Int = () => Type.String({ pattern: '^[0-9]{1,15}$' })

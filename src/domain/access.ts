@@ -14,7 +14,7 @@ export interface Caller {
   issuedBy: string | null
 }
 
-/** The permission levels of CONTRACT section 3, lowest first. */
+/** The permission levels, lowest first; each needs the member role of the same rank (readonly < user < developer < admin < owner). */
 export type Action = 'read' | 'use' | 'build' | 'manage' | 'own'
 export type EffectiveRole = Role | 'owner'
 

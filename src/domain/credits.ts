@@ -7,8 +7,9 @@ import type { ModelSpec } from './models/catalog'
 import { access } from './workspaces'
 
 /**
- * Credits (CONTRACT 10): every model call's tokens priced by the model's `pricing` (per 1 000 tokens),
- * charged to the resolved workspace in a ledger, summed per period for budgets.
+ * Credits (docs/models.md, "Credits and budgets"): every model call's tokens priced by the model's
+ * `pricing` (per 1 000 tokens), charged to the resolved workspace in a ledger, summed per period for
+ * budgets.
  */
 export function price(model: Pick<ModelSpec, 'pricing'>, tokensIn: number, tokensOut: number): number {
   const p = model.pricing ?? {}

@@ -14,7 +14,7 @@ import { authorize, type Action, type Caller } from './access'
 import { advanceDelivery, newDelivery } from './deliveries'
 import { loadOwned } from './workspaces'
 
-/** The event types of spec 6 and CONTRACT 9 a webhook may subscribe to. */
+/** The event types a webhook may subscribe to (docs/webhooks.md, "Registering"). */
 export const EVENT_TYPES = [
   'workflow.run.completed',
   'workflow.run.failed',

@@ -93,7 +93,7 @@ export async function setStatus(sql: Sql, caller: Caller, id: string, status: 'a
   return sql.begin((tx) => store.setWorkspaceStatus(tx, id, status))
 }
 
-/** Only the current owner may transfer (spec 4.1 rule 2), to a current member, who becomes admin. */
+/** Only the current owner may transfer (docs/decisions.md, "Workspaces"), to a current member, who becomes admin. */
 export async function transferWorkspace(sql: Sql, caller: Caller, id: string, newOwnerId: string) {
   // 'own' also refuses keys capped by a role limit and archived workspaces; root passes it but is no owner.
   const ws = await access(sql, caller, id, 'own')
@@ -146,8 +146,8 @@ export async function removeMember(sql: Sql, caller: Caller, id: string, userId:
 }
 
 /**
- * The workspace of a call that names none (CONTRACT 3): body or query > X-Workspace-Id header > the
- * key's workspace > the user's only workspace; otherwise a 400 naming `workspace_id`.
+ * The workspace of a call that names none (docs/workflows.md, "Endpoints"): body or query > X-Workspace-Id
+ * header > the key's workspace > the user's only workspace; otherwise a 400 naming `workspace_id`.
  */
 export async function resolveWorkspaceId(
   sql: Sql,

@@ -1,4 +1,7 @@
-/** The closed set of error codes of CONTRACT section 2, and the one place that maps them to HTTP statuses. */
+/**
+ * The closed set of error codes of the error body `{ request_id, error: { code, message, param?, details? } }`,
+ * and the one place that maps them to HTTP statuses.
+ */
 export const errorStatus = {
   invalid_json: 400,
   validation_error: 400,

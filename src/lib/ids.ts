@@ -1,8 +1,8 @@
-/** Type prefixes of CONTRACT section 1; ids sort by creation time because a ULID does. */
+/** Type prefixes of ids (`ws_`, `wf_`, ...); ids sort by creation time because a ULID does. */
 export type IdPrefix =
   | 'ws' | 'agt' | 'conv' | 'msg' | 'wf' | 'run' | 'kb' | 'doc' | 'chk' | 'whk' | 'dlv' | 'key' | 'evt' | 'req' | 'crd' | 'aud'
 
-// A monotonic ULID (the spec's monotonic mode), lower-cased. Written here rather than taken from the
+// A monotonic ULID (ULID's monotonic mode), lower-cased. Written here rather than taken from the
 // ulid package because every request makes one: the package re-encodes the time and rebuilds the
 // string on each call (0.67 µs against 0.11 µs here, measured in a loop). The time part is encoded once
 // per millisecond; within one millisecond the 80 random bits are incremented.

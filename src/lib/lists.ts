@@ -1,7 +1,7 @@
 import { AppError } from './errors'
 import { parseTime } from './time'
 
-/** What a list endpoint allows: its sortable fields and its filters (CONTRACT section 4). */
+/** What a list endpoint allows: its sortable fields and its filters (docs/decisions.md, "HTTP conventions"). */
 export type FieldType = 'time' | 'text' | 'int'
 export interface ListSpec {
   sortable: Record<string, FieldType>

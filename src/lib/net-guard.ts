@@ -2,11 +2,11 @@ import ipaddr from 'ipaddr.js'
 import { lookup } from 'node:dns/promises'
 
 /**
- * The SSRF rules of CONTRACT 9 for URLs the service calls on a client's behalf (webhook receivers,
- * later workflow `http_request` nodes and agent `http` tools): https only, and every address the
- * host resolves to must be public unicast. Checked at registration and again, with the address then
- * pinned for the connection, at every call, so a DNS answer that changes in between cannot redirect
- * the request to the inside (DNS rebinding).
+ * The SSRF rules (docs/webhooks.md, "Registering" and "A delivery") for URLs the service calls on a
+ * client's behalf (webhook receivers, later workflow `http_request` nodes and agent `http` tools): https
+ * only, and every address the host resolves to must be public unicast. Checked at registration and again,
+ * with the address then pinned for the connection, at every call, so a DNS answer that changes in between
+ * cannot redirect the request to the inside (DNS rebinding).
  */
 export interface UrlPolicy {
   allowHttp: boolean

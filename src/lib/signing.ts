@@ -1,7 +1,7 @@
 import { createHmac } from 'node:crypto'
 
 /**
- * The signatures of a webhook delivery: the spec's `X-Service-Signature` (hex HMAC-SHA256 of the raw
+ * The signatures of a webhook delivery: the service's own `X-Service-Signature` (hex HMAC-SHA256 of the raw
  * body, key = the secret's UTF-8 bytes) and the Standard Webhooks `webhook-signature` (base64
  * HMAC-SHA256 of `id.timestamp.body`). For the latter the key follows Standard Webhooks: a secret
  * `whsec_<base64>` signs with the decoded bytes, any other secret with its UTF-8 bytes, so a receiver

@@ -1,4 +1,4 @@
-/** ISO 8601 UTC with milliseconds and `Z`, the one output format of CONTRACT section 1. */
+/** ISO 8601 UTC with milliseconds and `Z`, the one format of times in answers. */
 export function iso(value: Date | string | null | undefined): string | null {
   if (value === null || value === undefined) return null
   const d = value instanceof Date ? value : new Date(value)

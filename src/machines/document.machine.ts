@@ -1,7 +1,7 @@
 import { assign, setup } from 'xstate'
 
 /**
- * A knowledge-base document (spec 3 "Document status", CONTRACT 8): uploading → parsing → chunking →
+ * A knowledge-base document (docs/knowledge.md, "Statuses"): uploading → parsing → chunking →
  * embedding → ready, or failed from any of those with `{ code, message }`. Pure: the worker parses,
  * chunks and embeds, and tells the machine what happened; the machine records it and refuses what
  * cannot happen (a result after a failure, a second ready). `ready` and `failed` are settled, not

@@ -1,13 +1,13 @@
 import { assign, emit, setup } from 'xstate'
 
 /**
- * One webhook delivery (spec 6, CONTRACT 9): pending → sending → succeeded | retrying → sending … →
- * failed. Pure: time and HTTP leave it as emitted effects that the runner carries out after the
- * snapshot is committed. Durable time is a Redis timer with the predictable id `delivery:<id>`; the
+ * One webhook delivery (docs/webhooks.md, "Outcomes and retries"): pending → sending → succeeded | retrying
+ * → sending … → failed. Pure: time and HTTP leave it as emitted effects that the runner carries out after
+ * the snapshot is committed. Durable time is a Redis timer with the predictable id `delivery:<id>`; the
  * machine never uses `after`, whose timers are not re-armed when a snapshot is restored.
  *
- * `succeeded` and `failed` are settled, not final: a redelivery (CONTRACT 6) starts a new round of
- * attempts under the same delivery id, with the full retry schedule again.
+ * `succeeded` and `failed` are settled, not final: a redelivery (docs/decisions.md, "Webhooks") starts a
+ * new round of attempts under the same delivery id, with the full retry schedule again.
  */
 export const DELIVERY_MACHINE_VERSION = 1
 

@@ -1,7 +1,7 @@
 import { assign, setup } from 'xstate'
 
 /**
- * A workflow run (spec 3, CONTRACT 7): `running` → `completed` | `failed` | `cancelled`, with the
+ * A workflow run (docs/workflows.md, "Runs"): `running` → `completed` | `failed` | `cancelled`, with the
  * progress of every node in its context. Pure: which nodes are ready is decided by the engine from
  * the graph and this progress; the machine records what happened, and refuses what cannot happen
  * (a node result after the run ended, a second end).

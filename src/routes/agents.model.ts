@@ -79,7 +79,7 @@ export function toAgent(a: AgentRow): typeof Agent.static {
 export const AgentParams = t.Object({ id: Id('agt', 'Agent id') })
 export const ConversationParams = t.Object({ conversation_id: Id('conv', 'Conversation id') })
 
-/** Spec 4.2's chat body; `message` up to 32 000 characters (the spec leaves the limit open). */
+/** The chat body (docs/agents.md, "A turn"); `message` up to 32 000 characters. */
 export const ChatBody = t.Object(
   {
     message: t.String({ minLength: 1, maxLength: 32_000, description: 'The user message' }),
@@ -100,7 +100,7 @@ export const ChatAnswer = t.Object({
   message: t.Object({ role: t.String(), content: t.String() }),
   tool_calls: t.Array(t.Object({ tool: t.String(), input: t.Record(t.String(), t.Unknown()), duration_ms: t.Integer() })),
   usage: Usage,
-}, { description: 'Spec 4.2\'s synchronous chat answer' })
+}, { description: 'The synchronous chat answer' })
 
 export const Conversation = t.Object({
   id: t.String(),
@@ -142,5 +142,5 @@ export function toMessage(m: MessageRow): typeof Message.static {
   }
 }
 
-/** Spec 4.2's `tool_calls` items: the tool, its input and how long it took (the output is in the history). */
+/** The answer's `tool_calls` items (docs/agents.md, "A turn"): the tool, its input and how long it took (the output is in the history). */
 export const toolView = (c: StoredToolCall) => ({ tool: c.tool, input: c.input, duration_ms: c.duration_ms })

@@ -77,7 +77,7 @@ export function agentRoutes(deps: Deps) {
       body: CreateAgent,
       parse: 'json',
       response: { 201: Envelope(Agent), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Create an agent (developer)', description: 'CONTRACT 13. The model must be an llm of the catalogue; knowledge bases and workflows must be of the same workspace; a chatflow\'s workflow must declare a string input "message". New agents are active at version 1.' },
+      detail: { tags, summary: 'Create an agent (developer)', description: 'The model must be an llm of the catalogue; knowledge bases and workflows must be of the same workspace; a chatflow\'s workflow must declare a string input "message". New agents are active at version 1.' },
     })
     .get('/agents', async ({ caller, requestId, query, headers }) => {
       const q = parseListQuery(query, agentList)
@@ -138,7 +138,7 @@ export function agentRoutes(deps: Deps) {
       response: { 200: ChatAnswer, ...errors(402, 403, 404, 409, 422, 502, 504) },
       detail: {
         tags,
-        summary: 'Chat with an agent (spec 4.2); stream: true with Accept: text/event-stream for server-sent events',
+        summary: 'Chat with an agent; stream: true with Accept: text/event-stream for server-sent events',
         description: 'A new conversation when conversation_id is omitted; one of another agent or user_id is 404. Streams send message (delta), tool_call, tool_result, usage and done (finish_reason) events, or an error event if the turn fails after the first byte; the X-Conversation-Id header names the conversation. The answer, its tool calls, usage and credits are stored in one transaction, also what was produced when the client leaves mid-stream.',
       },
     })

@@ -19,12 +19,12 @@ export const ErrorBody = t.Object(
       details: t.Optional(t.Array(t.Object({ path: t.String(), message: t.String() }))),
     }),
   },
-  { description: 'Error (CONTRACT section 2)', examples: [{ request_id: 'req_01jbz3k9x8q7r6s5t4v3w2y1z0', error: { code: 'not_found', message: 'workspace ws_01jbz3k9x8q7r6s5t4v3w2y1z0 not found' } }] },
+  { description: 'Error', examples: [{ request_id: 'req_01jbz3k9x8q7r6s5t4v3w2y1z0', error: { code: 'not_found', message: 'workspace ws_01jbz3k9x8q7r6s5t4v3w2y1z0 not found' } }] },
 )
 
 export const Meta = t.Object({ version: t.Literal('v1'), deprecated_warnings: t.Array(t.String()) })
 
-/** The general envelope of responses the spec does not show (CONTRACT 1). */
+/** The general envelope `{ request_id, data, meta }` (docs/decisions.md, "Workspaces"). */
 export const Envelope = <T extends TSchema>(data: T) => t.Object({ request_id: RequestId, data, meta: Meta })
 
 export const ListOf = <T extends TSchema>(item: T) =>

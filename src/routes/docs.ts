@@ -1,9 +1,9 @@
 import { openapi } from '@elysiajs/openapi'
 
 /**
- * The OpenAPI document at /docs/json and its reference UI at /docs, generated from the routes' own
- * TypeBox schemas. Routes with a JSON body declare `parse: 'json'`: that is how the generator learns
- * their media type (our own parser, which turns bad JSON into CONTRACT errors, is invisible to it).
+ * The OpenAPI document at /docs/json and its reference UI at /docs, generated from the routes' own TypeBox
+ * schemas. Routes with a JSON body declare `parse: 'json'`: that is how the generator learns their media
+ * type (our own parser, which turns bad JSON into `invalid_json` errors (docs/api.md), is invisible to it).
  */
 export function docsRoutes(documentation: Record<string, unknown>) {
   return openapi({

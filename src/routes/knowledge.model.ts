@@ -99,7 +99,7 @@ export const TextUpload = t.Object(
   { additionalProperties: false, examples: [{ type: 'text', name: 'returns.md', content: '# Returns\n\nItems may be returned within 30 days.', metadata: { topic: 'returns' } }] },
 )
 
-/** Spec 4.4's upload answer, flat (CONTRACT 1). */
+/** The upload answer, flat: no `data` envelope (docs/knowledge.md, "Documents"). */
 export const Uploaded = t.Object({
   request_id: RequestId,
   document_id: t.String(),
@@ -118,7 +118,7 @@ export const uploaded = (requestId: string, d: DocumentRow): typeof Uploaded.sta
   created_at: iso(d.created_at)!,
 })
 
-/** Spec 4.4's status answer, flat (CONTRACT 1). */
+/** The status answer, flat: no `data` envelope (docs/knowledge.md, "Documents"). */
 export const DocumentStatus = t.Object({
   request_id: RequestId,
   id: t.String(),
@@ -173,7 +173,7 @@ export function toDocument(d: DocumentRow): typeof Document.static {
 export const SearchBody = t.Object(
   {
     query: t.String({ minLength: 1, maxLength: 8000 }),
-    top_k: t.Optional(t.Integer({ minimum: 1, maximum: 100, description: 'Default 5; large values add noise (spec 4.4)' })),
+    top_k: t.Optional(t.Integer({ minimum: 1, maximum: 100, description: 'Default 5; large values add noise' })),
     filters: t.Optional(t.Record(t.String(), t.Unknown(), { description: 'Metadata key → value (exact), or → array of values (any of)' })),
     rerank: t.Optional(t.Boolean({ description: 'Rerank a wider candidate pool with the base\'s rerank model; score is then the rerank score' })),
   },

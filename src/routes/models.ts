@@ -18,8 +18,8 @@ const tags = ['models']
 type ChatInput = typeof ChatBody.static | typeof OpenAIChatBody.static
 
 /**
- * Spec 4.5 and the OpenAI drop-ins (CONTRACT 6). Every call is charged to the resolved workspace
- * (CONTRACT 3), which the caller must be allowed to `use`.
+ * The model endpoints and the OpenAI drop-ins (docs/models.md). Every call is charged to the resolved
+ * workspace (docs/models.md, "Credits and budgets"), which the caller must be allowed to `use`.
  */
 export function modelRoutes(deps: Deps) {
   const gateway = deps.models
@@ -134,7 +134,7 @@ export function modelRoutes(deps: Deps) {
       body: RerankBody,
       parse: 'json',
       response: { 200: RerankView, ...errors(402, 403, 404, 502, 504) },
-      detail: { tags, summary: 'Rerank documents against a query (CONTRACT 10 shape)' },
+      detail: { tags, summary: 'Rerank documents against a query' },
     })
     .post('/chat/completions', ({ caller, requestId, body, headers, request, set, route }) =>
       chat(caller, requestId, body, body.workspace_id, headers['x-workspace-id'], request, set, route, false), {

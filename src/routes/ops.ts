@@ -5,7 +5,7 @@ import { stateOf } from './plugins/request-state'
 const Check = t.Object({ status: t.Union([t.Literal('ok'), t.Literal('down')]), kind: t.String(), error: t.Optional(t.String()) })
 const tags = ['operations']
 
-/** Liveness, readiness and metrics: no authentication, no /v1 (CONTRACT 6). */
+/** Liveness, readiness and metrics: no authentication, no /v1 (docs/decisions.md, "HTTP conventions"). */
 export function opsRoutes(deps: Deps) {
   const check = async (kind: string, probe: () => Promise<unknown>) => {
     try {

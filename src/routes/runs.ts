@@ -28,7 +28,7 @@ const Run = t.Object({
   finished_at: t.Union([Timestamp, t.Null()]),
 })
 
-/** The spec's synchronous run response (4.3) plus `error` for a failed run (CONTRACT 7). */
+/** The synchronous run response, with `error` for a failed run (docs/workflows.md, "Runs"). */
 const SyncRun = t.Object({
   request_id: t.String(),
   run_id: t.String(),
@@ -103,8 +103,8 @@ export function runRoutes(deps: Deps) {
         return { request_id: requestId, run_id: run.id, status: 'running' as const } as never
       }
       if (wantsStream(headers.accept)) {
-        // A client that disconnects stops reading, not the run (CONTRACT 7); X-Run-Id names the run to
-        // resume from (GET /v1/runs/{run_id}/events with Last-Event-ID), since no event carries it.
+        // A client that disconnects stops reading, not the run (docs/workflows.md, "Runs"); X-Run-Id names
+        // the run to resume from (GET /v1/runs/{run_id}/events with Last-Event-ID), since no event carries it.
         set.headers['x-run-id'] = run.id
         const abort = new AbortController()
         return sseResponse(deps, request, set, route, sseOf(runsDomain.followRun(deps, run.id, 0, abort.signal)), abort, {

@@ -73,7 +73,7 @@ export const Delivery = t.Object(
     attempts_count: t.Integer(),
     attempts: t.Array(Attempt),
     next_attempt_at: t.Union([Timestamp, t.Null()], { description: 'When the next attempt (or the lease check of one in flight) is due; null when settled' }),
-    data: t.Record(t.String(), t.Unknown(), { description: 'The event data sent (CONTRACT 9)' }),
+    data: t.Record(t.String(), t.Unknown(), { description: 'The event data sent' }),
     created_at: Timestamp,
     updated_at: Timestamp,
   },

@@ -12,7 +12,7 @@ const Node = t.Object({
   id: t.String({ description: '1-64 characters of A-Z, a-z, 0-9, _ and -, unique in the graph', examples: ['classify'] }),
   type: t.String({ description: `One of: ${NODE_TYPES.join(', ')}`, examples: ['llm'] }),
   name: t.Optional(t.String({ description: 'A label for people (at most 200 characters)' })),
-  config: t.Record(t.String(), t.Unknown(), { description: 'Per node type (docs/workflows.md, CONTRACT 12)' }),
+  config: t.Record(t.String(), t.Unknown(), { description: 'Per node type (docs/workflows.md, "Node types")' }),
 })
 const Edge = t.Object({
   source: t.String({ description: 'Node id the edge leaves' }),

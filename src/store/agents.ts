@@ -3,7 +3,7 @@ import type { ListQuery } from '../lib/lists'
 import type { Sql, Tx } from './db'
 import { listClauses } from './lists'
 
-/** A tool as stored (CONTRACT 13); validated by src/domain/agents/service.ts before it gets here. */
+/** A tool as stored (docs/agents.md, "Definitions"); validated by src/domain/agents/service.ts before it gets here. */
 export type AgentTool =
   | { type: 'knowledge_search'; name?: string; description?: string }
   | { type: 'workflow'; workflow_id: string; name?: string; description?: string }

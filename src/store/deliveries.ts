@@ -147,8 +147,8 @@ export async function listDueDeliveries(sql: Sql, opts: { overdueBefore?: Date; 
 }
 
 /**
- * Retention (spec 8: 7 days): settled deliveries created before `before`. Ids are time-ordered, so
- * the primary key finds them without an index of their own.
+ * Retention (7 days: docs/webhooks.md, "How it runs"): settled deliveries created before `before`. Ids are
+ * time-ordered, so the primary key finds them without an index of their own.
  */
 export async function deleteSettledDeliveries(sql: Sql, before: Date, limit: number): Promise<number> {
   const rows = await sql`

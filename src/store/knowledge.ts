@@ -326,7 +326,7 @@ export interface SearchScope {
   dims: number
   /** The query's embedding, as pgvector text. */
   vector: string
-  /** Metadata filters: every key must match; an array value means any of its values (CONTRACT 8). */
+  /** Metadata filters: every key must match; an array value means any of its values (docs/knowledge.md, "Search"). */
   filters: Record<string, unknown>
   limit: number
 }

@@ -6,7 +6,7 @@ import type { RedisPort } from '../store/redis'
 import type { Timers } from './timers'
 import { DELIVERY_TIMER } from './webhook-deliveries'
 
-/** Spec 8: deliveries (and the outbox rows behind them) are kept 7 days. */
+/** Deliveries (and the outbox rows behind them) are kept 7 days (docs/webhooks.md, "How it runs"). */
 export const RETENTION_MS = 7 * 86_400_000
 const PAGE = 1000
 

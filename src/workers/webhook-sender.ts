@@ -24,7 +24,7 @@ export interface SendResult {
   record: Omit<AttemptRecord, 'attempt'>
 }
 
-/** The request of spec 6 and CONTRACT 9, exactly: body, the spec's headers and Standard Webhooks'. */
+/** The request of docs/webhooks.md ("A delivery"), exactly: body, the `X-Service-*` headers and Standard Webhooks'. */
 export function buildRequest(input: Pick<SendInput, 'deliveryId' | 'event' | 'data' | 'secrets'>, now = Date.now()) {
   const body = JSON.stringify({ event: input.event, delivered_at: new Date(now).toISOString(), data: input.data })
   const timestamp = Math.floor(now / 1000)

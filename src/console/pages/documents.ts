@@ -160,8 +160,8 @@ export async function documentPage(ctx: PageContext) {
 }
 
 /**
- * GET /v1/documents/{id} answers spec 4.4's status shape only: the name, metadata and error come
- * from the base's list, read again only when the status moved (a failure brings its error).
+ * GET /v1/documents/{id} answers the status shape only (docs/knowledge.md, "Documents"): the name, metadata
+ * and error come from the base's list, read again only when the status moved (a failure brings its error).
  */
 async function findDocument(kbId: string, id: string, known: Doc | undefined, signal: AbortSignal): Promise<Doc> {
   const state = await api<{ id: string; status: string; chunks_count: number; indexed_at: string | null }>('GET', `/documents/${encodeURIComponent(id)}`, undefined, signal)

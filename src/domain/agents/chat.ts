@@ -22,7 +22,7 @@ export interface ChatInput {
   inputs?: Record<string, unknown>
 }
 
-/** What a turn tells its stream, in the order it happens (spec 4.2's events). */
+/** What a turn tells its stream, in the order it happens (docs/agents.md, "A turn"). */
 export type TurnEvent =
   | { event: 'message'; data: { delta: string } }
   | { event: 'tool_call'; data: { tool: string; input: Record<string, unknown> } }

@@ -12,7 +12,10 @@ import { createRun, waitForRun } from '../workflows/runs'
 import { sendHttp } from '../workflows/nodes/http-request'
 import { NodeError } from '../workflows/types'
 
-/** The name the model and `tool_calls[].tool` see (CONTRACT 13). */
+/**
+ * The name the model and `tool_calls[].tool` see: `name`, else `knowledge_search`, else `workflow_<id>`
+ * (docs/agents.md, "Definitions").
+ */
 export function toolName(tool: AgentTool): string {
   if (tool.name) return tool.name
   return tool.type === 'workflow' ? `workflow_${tool.workflow_id}` : tool.type

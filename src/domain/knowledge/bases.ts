@@ -53,7 +53,7 @@ function embeddingModel(deps: Deps, id: string) {
   return model
 }
 
-/** CONTRACT 6's `chunking`: chunk_size 32..4096 tokens, 0 ≤ chunk_overlap < chunk_size / 2. */
+/** A base's `chunking` (docs/knowledge.md, "Knowledge bases"): chunk_size 32..4096 tokens, 0 ≤ chunk_overlap < chunk_size / 2. */
 function checkChunking(c: store.Chunking): store.Chunking {
   if (c.chunk_overlap * 2 >= c.chunk_size) throw invalid('chunking.chunk_overlap', `must be less than half of chunk_size (${c.chunk_size})`)
   return c.separators === undefined ? { chunk_size: c.chunk_size, chunk_overlap: c.chunk_overlap } : { ...c }

@@ -14,7 +14,7 @@ import { storeMultipart } from './upload'
 
 type Snapshot = Persisted<DocumentContext>
 
-/** CONTRACT 8: `group` is any string up to 64 characters. */
+/** `group` is any string up to 64 characters (docs/knowledge.md, "Documents"). */
 const MAX_GROUP = 64
 const MAX_NAME = 255
 
@@ -137,8 +137,9 @@ export async function deleteDocument(deps: Deps, caller: Caller, id: string): Pr
 }
 
 /**
- * CONTRACT 8: re-parse from `ready` or `failed` (409 otherwise) with the base's current chunking, as
- * a new generation; the chunks searched now stay until the new ones replace them.
+ * Re-parse (docs/knowledge.md, "Re-parse and delete") from `ready` or `failed` (409 otherwise) with the
+ * base's current chunking, as a new generation; the chunks searched now stay until the new ones replace
+ * them.
  */
 export async function reparseDocument(deps: Deps, caller: Caller, id: string): Promise<store.DocumentRow> {
   const doc = await loadDocument(deps, caller, id, 'build')

@@ -6,7 +6,7 @@ import * as store from '../../store/knowledge'
 import type { Caller } from '../access'
 import { loadKnowledgeBase } from './bases'
 
-/** CONTRACT 8: top_k 1..100, default 5. */
+/** top_k 1..100, default 5 (docs/knowledge.md, "Search"). */
 export const DEFAULT_TOP_K = 5
 export const MAX_TOP_K = 100
 /** Reciprocal rank fusion's constant (Cormack et al.): damps the weight of the first few ranks. */
@@ -21,7 +21,7 @@ export interface SearchInput {
   rerank?: boolean
 }
 
-/** Spec section 2's search result item. */
+/** A search result item (docs/knowledge.md, "Search"). */
 export interface SearchResult {
   chunk_id: string
   document_id: string
@@ -45,15 +45,15 @@ export function checkFilters(filters: unknown): Record<string, unknown> {
   return filters as Record<string, unknown>
 }
 
-/** Cosine similarity in [0, 1] (CONTRACT 8): 1 − distance, negative similarity counted as none. */
+/** Cosine similarity in [0, 1] (docs/knowledge.md, "Search"): 1 − distance, negative similarity counted as none. */
 /** Cosine similarity from pgvector's distance; a query with no direction (a zero vector) has none: 0. */
 const similarity = (distance: number) => (Number.isFinite(distance) ? Math.min(1, Math.max(0, 1 - distance)) : 0)
 
 /**
- * Searches one base (spec 4.4): the query is embedded with the base's model, then vector, full-text
- * or hybrid (reciprocal rank fusion of both lists) per the base's retrieval mode, the filters inside
- * each query. `rerank: true` reranks a candidate pool with the base's rerank model; `score` is then
- * the rerank score, otherwise the cosine similarity to the query (in every mode: the order is the
+ * Searches one base (docs/knowledge.md, "Search"): the query is embedded with the base's model, then
+ * vector, full-text or hybrid (reciprocal rank fusion of both lists) per the base's retrieval mode, the
+ * filters inside each query. `rerank: true` reranks a candidate pool with the base's rerank model; `score`
+ * is then the rerank score, otherwise the cosine similarity to the query (in every mode: the order is the
  * mode's, the score is comparable across modes).
  */
 export async function searchKnowledgeBase(deps: Deps, caller: Caller, kbId: string, input: SearchInput, requestId: string, signal: AbortSignal): Promise<SearchResult[]> {

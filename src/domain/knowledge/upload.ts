@@ -4,7 +4,7 @@ import { AppError, invalid } from '../../lib/errors'
 import { TooLarge, type FileStore } from '../../store/files'
 import { detectType, DOC_TYPES, typeOfName, type DocType } from './parse'
 
-/** How many bytes of a file decide its type (CONTRACT 8: by extension, checked against content). */
+/** How many bytes of a file decide its type (by extension, checked against content: docs/knowledge.md, "Documents"). */
 const SNIFF_BYTES = 4096
 const MAX_FIELD_BYTES = 64 * 1024
 
@@ -17,11 +17,11 @@ export interface StoredUpload {
 }
 
 /**
- * Reads a multipart/form-data upload (spec 4.4: `file`, `group`, `metadata`) and streams its one
- * file to `files` under `key`, never holding it whole in memory: the first 4 KiB decide the type
- * (415 when the extension is not ours or the content contradicts it), past `maxBytes` the upload
- * stops (413) and nothing is kept. Text fields are answered as read; the caller validates them and
- * deletes the stored file if it refuses them.
+ * Reads a multipart/form-data upload (`file`, `group`, `metadata`: docs/knowledge.md, "Documents") and
+ * streams its one file to `files` under `key`, never holding it whole in memory: the first 4 KiB decide the
+ * type (415 when the extension is not ours or the content contradicts it), past `maxBytes` the upload stops
+ * (413) and nothing is kept. Text fields are answered as read; the caller validates them and deletes the
+ * stored file if it refuses them.
  */
 export async function storeMultipart(request: Request, files: FileStore, key: string, maxBytes: number): Promise<StoredUpload> {
   const contentType = request.headers.get('content-type') ?? ''

@@ -3,9 +3,9 @@ import { Value } from '@sinclair/typebox/value'
 import { readFileSync } from 'node:fs'
 
 /**
- * The model catalogue of CONTRACT 10: the JSON file named by MODELS_FILE merged over the built-in
- * `local` provider (local-embed, local-rerank, local-chat). A bad file stops start-up with a message
- * naming the bad field (`models[2].routes[0].provider: ...`).
+ * The model catalogue (docs/models.md, "The catalogue"): the JSON file named by MODELS_FILE merged over the
+ * built-in `local` provider (local-embed, local-rerank, local-chat). A bad file stops start-up with a
+ * message naming the bad field (`models[2].routes[0].provider: ...`).
  */
 const Id = Type.String({ minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9._:/@-]+$' })
 

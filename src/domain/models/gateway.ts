@@ -36,7 +36,7 @@ export class Gateway {
     private readonly d: { sql: Pool; log: Logger; catalog: Catalog; providers: Map<string, Provider>; nudgeEvents: () => void },
   ) {}
 
-  /** The model `id` of `type`; unknown → 404, another type → 400 (CONTRACT 10). */
+  /** The model `id` of `type`; unknown → 404, another type → 400. */
   model(id: string, type: ModelType): ModelSpec {
     const m = this.d.catalog.models.get(id)
     if (!m) throw new AppError('not_found', `model ${id} not found`, { param: 'model' })

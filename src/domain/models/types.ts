@@ -1,6 +1,6 @@
 /**
- * The gateway's own shapes: OpenAI's chat completion format (the spec's "common OpenAI-style chat
- * format") is the lingua franca; every provider adapter maps to and from it.
+ * The gateway's own shapes: OpenAI's chat completion format (the format of `/v1/models/llm/chat` and the
+ * OpenAI drop-ins) is the lingua franca; every provider adapter maps to and from it.
  */
 export type Role = 'system' | 'user' | 'assistant' | 'tool' | 'developer'
 
@@ -110,7 +110,7 @@ export class ProviderError extends Error {
   }
 }
 
-/** Classifies an upstream HTTP status for failover (CONTRACT 10: 429, 5xx; not 400/401). */
+/** Classifies an upstream HTTP status for failover (429, 5xx; not 400/401: docs/models.md, "Failover and the circuit breaker"). */
 export function failoverFor(status: number): FailoverReason | null {
   if (status === 429) return 'rate_limited'
   // 408 Request Timeout is the upstream's own time-out: another route may well answer.

@@ -14,9 +14,10 @@ const edgeLabel = (j: number, e: { source?: unknown; target?: unknown }) =>
   `graph.edges[${j}]${typeof e.source === 'string' && typeof e.target === 'string' ? ` (${q(e.source)} → ${q(e.target)})` : ''}`
 
 /**
- * Checks a graph at save time (CONTRACT 6 and 12) and returns it with only its known fields. Every
- * problem is a validation_error whose message names the node (`graph.nodes[3] (id "cond1"): ...`)
- * and whose param is its path (`graph.nodes.3.config.cases.0.when`); up to 20 are listed in details.
+ * Checks a graph at save time (docs/workflows.md, "Checks at save time") and returns it with only its known
+ * fields. Every problem is a validation_error whose message names the node
+ * (`graph.nodes[3] (id "cond1"): ...`) and whose param is its path (`graph.nodes.3.config.cases.0.when`); up
+ * to 20 are listed in details.
  * Checks go in phases (shapes, edges, cycles, reachability) so a later phase sees a well-formed graph.
  */
 export function validateGraph(graph: unknown): Graph {

@@ -1,10 +1,11 @@
 import { NodeError, type Variables } from './types'
 
 /**
- * Templates of CONTRACT 12: `{{inputs.<name>...}}` and `{{nodes.<id>.output...}}`, where the path goes
- * down objects by key and arrays by index, written `.0` or `[0]`. A template that is exactly one
- * placeholder returns the value with its type; otherwise each placeholder is replaced by its text
- * (strings as they are, objects and arrays as JSON, null and undefined as nothing).
+ * Templates (docs/workflows.md, "Variables and templates"): `{{inputs.<name>...}}` and
+ * `{{nodes.<id>.output...}}`, where the path goes down objects by key and arrays by index, written `.0` or
+ * `[0]`. A template that is exactly one placeholder returns the value with its type; otherwise each
+ * placeholder is replaced by its text (strings as they are, objects and arrays as JSON, null and undefined
+ * as nothing).
  *
  * Strict where a mistake is likely, lenient where data is: a missing input or a node that has not run
  * (yet, or on a branch that was not taken) throws `template_error` naming the placeholder, while a

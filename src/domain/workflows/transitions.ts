@@ -4,7 +4,7 @@ import { runMachine, type RunContext, type RunEvent } from '../../machines/workf
 import * as runs from '../../store/runs'
 import type { RedisPort } from '../../store/redis'
 
-/** What a run's stream shows (spec 4.3): node_start, node_end, message, usage, done. */
+/** What a run's stream shows (docs/workflows.md, "Runs"): node_start, node_end, message, usage, done. */
 export interface LogEvent {
   type: 'node_start' | 'node_end' | 'message' | 'usage' | 'done'
   data: Record<string, unknown>
@@ -47,7 +47,7 @@ export function applyEvents(snapshot: Snapshot, events: RunEvent[], more?: (cont
 /**
  * Writes one transition of `run` (the row as last read or written) to `next`, with its log events,
  * in one statement (STYLE habit 7: all or nothing): when the run ends, also its outcome, the `usage`
- * and `done` log events and the outbox event (CONTRACT 9). Answers null when the run changed since
+ * and `done` log events and the outbox event (docs/webhooks.md). Answers null when the run changed since
  * `run` was read: it ended (a cancel), another worker took it over (`owner`), or another transition
  * came first. Publish the answer with `published` once it is committed.
  */
@@ -73,7 +73,7 @@ function addUsage(a: runs.RunUsage, b: runs.RunUsage): runs.RunUsage {
   return { tokens_in: a.tokens_in + b.tokens_in, tokens_out: a.tokens_out + b.tokens_out, credits: Math.round((a.credits + b.credits) * 1e6) / 1e6 }
 }
 
-/** CONTRACT 9's payloads of workflow.run.completed | failed | cancelled (the store adds `duration_ms`). */
+/** The webhook payloads of workflow.run.completed | failed | cancelled (the store adds `duration_ms`). */
 function announcement(run: runs.RunRow, status: runs.RunStatus, ctx: RunContext): { type: string; data: Record<string, unknown> } {
   const base = { workflow_id: run.workflow_id, run_id: run.id, status }
   if (status === 'completed') return { type: 'workflow.run.completed', data: { ...base, outputs: ctx.outputs ?? {} } }

@@ -1,7 +1,7 @@
 import type { Config } from '../../config'
 import type { CallContext, Gateway } from '../models/gateway'
 
-/** CONTRACT 12: a workflow graph. */
+/** A workflow graph (docs/workflows.md, "The graph"). */
 export interface GraphNode {
   id: string
   type: NodeType
@@ -67,7 +67,7 @@ export interface KnowledgePort {
 
 export type Executor = (node: GraphNode, ctx: NodeContext) => Promise<NodeResult>
 
-/** A node failure with the error code of the run's `error: { code, message, node }` (CONTRACT 7). */
+/** A node failure with the error code of the run's `error: { code, message, node }` (docs/workflows.md, "Runs"). */
 export class NodeError extends Error {
   override name = 'NodeError'
   constructor(

@@ -31,8 +31,8 @@ export const STREAMED_BODY: Readonly<{ streamed: true }> = Object.freeze({ strea
 
 /**
  * The conventions every route shares, registered once: request ids, security headers, body limits,
- * authentication of /v1, JSON parsing, the error mapping of CONTRACT 2, serialisation, idempotency
- * completion, metrics and the access log.
+ * authentication of /v1, JSON parsing, the error mapping to `{ request_id, error }`, serialisation,
+ * idempotency completion, metrics and the access log.
  */
 export function conventions(deps: Deps) {
   const { config, log, metrics } = deps
@@ -260,7 +260,7 @@ function tooLarge(limit: number) {
   return new AppError('payload_too_large', `request body is larger than ${limit} bytes`)
 }
 
-/** TypeBox failures become `validation_error` with every failing path (CONTRACT 2). */
+/** TypeBox failures become `validation_error` with every failing path (docs/decisions.md, "HTTP conventions"). */
 function fromValidation(error: ValidationError): AppError {
   const where = error.type === 'body' ? '' : `${error.type}.`
   const details: ErrorDetail[] = []

@@ -117,7 +117,7 @@ export function sseResponse(
   return new Response(body, { status: 200, headers })
 }
 
-/** An error after the first byte: the stream's last event (CONTRACT 2's body in an `error` event). */
+/** An error after the first byte: the stream's last event (the JSON error body in an `error` event). */
 export function errorEvent(requestId: string, err: unknown): SseEvent {
   const e = err instanceof AppError ? err : new AppError('upstream_error', 'the model stream failed')
   return { event: 'error', data: JSON.stringify(errorBody(requestId, e)) }

@@ -21,7 +21,7 @@ export function throwIfAborted(signal: AbortSignal): void {
   if (signal.aborted) throw abortedError()
 }
 
-/** The gateway's AppErrors as the node error codes of a run's `error` (CONTRACT 7). */
+/** The gateway's AppErrors as the node error codes of a run's `error` (docs/workflows.md, "Runs"). */
 export function fromGatewayError(err: unknown, signal: AbortSignal): unknown {
   if (signal.aborted) return abortedError()
   if (!(err instanceof AppError)) return err

@@ -11,7 +11,7 @@ const MAX_TIMEOUT_MS = 60_000
 export const MAX_RESPONSE_BYTES = 1024 * 1024
 
 /**
- * An HTTP call under the webhook SSRF rules (CONTRACT 9, WEBHOOK_ALLOW_HTTP and
+ * An HTTP call under the webhook SSRF rules (docs/webhooks.md, "Registering"; WEBHOOK_ALLOW_HTTP and
  * WEBHOOK_ALLOW_PRIVATE_NETWORKS): the host is resolved and every address checked when the node runs,
  * and the connection is pinned to the checked address (Host header and TLS server name keep the
  * name), as src/workers/webhook-sender.ts does. Redirects are not followed: a 3xx is the answer, with

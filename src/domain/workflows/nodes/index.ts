@@ -9,7 +9,7 @@ import { start } from './start'
 import { template } from './template'
 import { wait } from './wait'
 
-/** One executor per node type (CONTRACT 12). `wait` is armed by the engine as a durable timer. */
+/** One executor per node type (docs/workflows.md, "Node types"). `wait` is armed by the engine as a durable timer. */
 export const executors: Record<NodeType, Executor> = {
   start,
   llm,

@@ -4,8 +4,9 @@ import { NodeError, type Executor } from '../types'
 import { invalidConfig } from './common'
 
 /**
- * Searches the knowledge bases (CONTRACT 12): the query template rendered, each base searched with
- * its own retrieval mode, the results merged by score, the best `top_k` (default 5) kept.
+ * Searches the knowledge bases (docs/workflows.md, "knowledge_retrieval"): the query template rendered,
+ * each base searched with its own retrieval mode, the results merged by score, the best `top_k` (default 5)
+ * kept.
  */
 export const knowledgeRetrieval: Executor = async (node, ctx) => {
   const { knowledge_base_ids: ids, query, top_k: topK, filters } = node.config as { knowledge_base_ids: string[]; query: string; top_k?: number; filters?: Record<string, unknown> }
