@@ -68,7 +68,7 @@ export function roleAtLeast(role: EffectiveRole, min: EffectiveRole): boolean {
 
 /**
  * Below `developer`, a caller acts only as its own user_id: it chats, triggers and cancels runs and
- * sees conversations as itself (docs/api.md, "Roles"). From `developer` up, a backend acts for its end
+ * sees conversations as itself (docs/decisions.md, "API keys"). From `developer` up, a backend acts for its end
  * users and may name any user_id (null).
  */
 export function onlyUserOf(caller: Caller, role: EffectiveRole): string | null {
@@ -78,11 +78,6 @@ export function onlyUserOf(caller: Caller, role: EffectiveRole): string | null {
 /** Whether `role` is strictly below `other`: one may act for (issue keys to, revoke keys of) only those below oneself. */
 export function roleBelow(role: EffectiveRole, other: EffectiveRole): boolean {
   return rank[role] < rank[other]
-}
-
-/** A member's own role in the workspace, owner over member role (no key involved); null for a non-member. */
-export function memberRole(ws: { owner_id: string }, userId: string, role: Role | null): EffectiveRole | null {
-  return ws.owner_id === userId ? 'owner' : role
 }
 
 /** Whether a key may act with `role` at all (creating keys and workspaces). */

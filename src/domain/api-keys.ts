@@ -9,7 +9,7 @@ import type { RedisPort } from '../store/redis'
 import type { Unsubscribe } from '../store/redis/port'
 import { adminWorkspaceIds, getMember, getWorkspace } from '../store/workspaces'
 import type { Role } from '../store/workspaces'
-import { memberRole, roleAtMost, roleBelow, type Caller, type EffectiveRole } from './access'
+import { roleAtMost, roleBelow, type Caller, type EffectiveRole } from './access'
 import { access } from './workspaces'
 
 const REVOKED_CHANNEL = 'api-keys.revoked'
@@ -212,7 +212,7 @@ export class ApiKeys {
 
 /** Acting for another member (issuing or revoking its keys) needs a role above that member's own. */
 function checkBelow(ws: { id: string; owner_id: string; effective: EffectiveRole }, userId: string, role: Role) {
-  const target = memberRole(ws, userId, role)!
+  const target: EffectiveRole = ws.owner_id === userId ? 'owner' : role
   if (!roleBelow(target, ws.effective)) {
     throw new AppError('forbidden', `role ${ws.effective} may act only for members below it; ${userId} is ${target} in workspace ${ws.id}`, { param: 'user_id' })
   }

@@ -7,7 +7,7 @@ import { findWorkflow, type WorkflowRow } from '../store/workflows'
  * A definition (an agent, a workflow graph) may name only resources of its own workspace. Checked when
  * it is saved, so a definition never points into another tenant and fails only when it runs. Another
  * workspace's resource and a missing one answer the same 400 naming the field, so a caller learns
- * nothing of other workspaces (docs/api.md, "References between resources").
+ * nothing of other workspaces (docs/workflows.md, "knowledge_retrieval"; docs/agents.md).
  */
 export async function knowledgeBaseIn(sql: Sql, workspaceId: string, id: string, param: string): Promise<KnowledgeBaseRow> {
   const kb = await findKnowledgeBase(sql, id)

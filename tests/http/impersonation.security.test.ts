@@ -4,7 +4,7 @@ import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '..
 
 /**
  * Impersonation: one user acting as another. A key carries its user_id into every write, the audit
- * trail and webhooks, so issuing a key for someone is acting as them. The rule (docs/api.md, "Roles"):
+ * trail and webhooks, so issuing a key for someone is acting as them. The rule (docs/decisions.md, "API keys"):
  * anyone for itself; an admin or the owner only for members below its own role; root for anyone. The
  * same for the user_id a caller names in runs and chats: below developer, only its own.
  */
