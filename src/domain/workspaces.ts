@@ -2,6 +2,7 @@ import { AppError, invalid, notFound } from '../lib/errors'
 import { newId } from '../lib/ids'
 import type { ListQuery } from '../lib/lists'
 import type { Pool as Sql } from '../store/db'
+import type { WorkspaceScope } from '../store/lists'
 import * as store from '../store/workspaces'
 import type { Role } from '../store/workspaces'
 import { authorize, keyAllows, type Action, type Caller, type EffectiveRole } from './access'
@@ -160,4 +161,20 @@ export async function resolveWorkspaceId(
   const ids = await store.memberWorkspaceIds(sql, caller.userId)
   if (ids.length === 1) return ids[0]!
   throw invalid('workspace_id', ids.length === 0 ? 'is required: the caller belongs to no workspace' : 'is required: the caller belongs to several workspaces')
+}
+
+/**
+ * The workspaces a list covers (docs/api.md, "Lists"). A list never needs a workspace: naming none
+ * covers every workspace the caller can read (root: all; a key restricted to a workspace: its own;
+ * anyone else: those it is a member of). A named one (`workspace_id`, else X-Workspace-Id) is a
+ * filter, and one the caller cannot read answers 404 as it does for any resource of it.
+ */
+export async function listScope(sql: Sql, caller: Caller, named: string | undefined): Promise<WorkspaceScope> {
+  if (named !== undefined) {
+    await access(sql, caller, named, 'read')
+    return [named]
+  }
+  if (caller.isRoot) return caller.workspaceId === null ? 'all' : [caller.workspaceId]
+  const ids = await store.readableWorkspaceIds(sql, caller.userId)
+  return caller.workspaceId === null ? ids : ids.filter((id) => id === caller.workspaceId)
 }

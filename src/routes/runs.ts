@@ -5,7 +5,7 @@ import { invalid } from '../lib/errors'
 import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
 import { iso } from '../lib/time'
 import { listRunEvents, type RunEventRow, type RunRow } from '../store/runs'
-import { Envelope, envelope, errors, Id, ListOf, ListQuery, Timestamp, UserId } from './common.model'
+import { errors, Id, ListOf, ListQuery, RequestId, Timestamp, UserId } from './common.model'
 import { authenticated } from './plugins/auth'
 import { sseResponse, type SseEvent } from './plugins/sse'
 
@@ -13,6 +13,7 @@ const Usage = t.Object({ tokens_in: t.Integer(), tokens_out: t.Integer(), credit
 const RunError = t.Object({ code: t.String(), message: t.String(), node: t.Union([t.String(), t.Null()]) })
 const Status = t.UnionEnum(['running', 'completed', 'failed', 'cancelled'])
 
+/** The run object (docs/api.md, "Runs"): answered flat by get and cancel, and as each item of the run lists. */
 const Run = t.Object({
   run_id: t.String(),
   workflow_id: t.String(),
@@ -26,7 +27,12 @@ const Run = t.Object({
   user_id: t.Union([t.String(), t.Null()]),
   created_at: Timestamp,
   finished_at: t.Union([Timestamp, t.Null()]),
+  parent_run_id: t.Null({ description: 'Reserved for runs started by another run; always null for now' }),
+  waiting: t.Null({ description: 'Reserved for what a waiting run waits on; always null for now' }),
 })
+
+/** A run answered on its own: the run object with the request id beside its fields, not in `data`. */
+const RunAnswer = t.Composite([t.Object({ request_id: RequestId }), Run])
 
 /** The synchronous run response, with `error` for a failed run (docs/workflows.md, "Runs"). */
 const SyncRun = t.Object({
@@ -51,6 +57,17 @@ const runList: ListSpec = {
   sortable: { created_at: 'time', finished_at: 'time' },
   filters: { status: { type: 'text', values: ['running', 'completed', 'failed', 'cancelled'] }, created_at: { type: 'time' }, user_id: { type: 'text' } },
 }
+const allRunList: ListSpec = {
+  ...runList,
+  filters: { ...runList.filters, workflow_id: { type: 'text' } },
+  extra: ['workspace_id'],
+}
+const runFilters = {
+  status: t.Optional(t.String({ description: 'running, completed, failed or cancelled; status_in=failed,cancelled for several', examples: ['failed'] })),
+  created_at_after: t.Optional(t.String({ description: 'Started after this time (ISO 8601)' })),
+  created_at_before: t.Optional(t.String({ description: 'Started before this time (ISO 8601)' })),
+  user_id: t.Optional(t.String({ description: 'Only runs triggered for exactly this user_id; user_id_in=a,b for several' })),
+}
 
 function toRun(r: RunRow): typeof Run.static {
   const out: typeof Run.static = {
@@ -65,10 +82,14 @@ function toRun(r: RunRow): typeof Run.static {
     user_id: r.user_id,
     created_at: iso(r.created_at)!,
     finished_at: iso(r.finished_at),
+    parent_run_id: null,
+    waiting: null,
   }
   if (r.error) out.error = r.error
   return out
 }
+
+const runAnswer = (requestId: string, r: RunRow): typeof RunAnswer.static => ({ request_id: requestId, ...toRun(r) })
 
 function toSync(requestId: string, r: RunRow): typeof SyncRun.static {
   const out: typeof SyncRun.static = {
@@ -131,28 +152,40 @@ export function runRoutes(deps: Deps) {
         description: 'Synchronous runs wait up to SYNC_RUN_TIMEOUT_MS, then answer 202 with status running. Streams send node_start, node_end, message (LLM deltas), usage and done events, each with an id: line for Last-Event-ID; the stream\'s X-Run-Id header names the run, to resume with GET /v1/runs/{run_id}/events.',
       },
     })
-    .get('/runs/:run_id', async ({ caller, requestId, params }) => envelope(requestId, toRun(await runsDomain.loadRun(deps, caller, params.run_id))), {
+    .get('/runs', async ({ caller, requestId, query, headers }) => {
+      const q = parseListQuery(query, allRunList)
+      const workspaceId = (query as { workspace_id?: string }).workspace_id ?? headers['x-workspace-id']
+      return { request_id: requestId, ...toPage(await runsDomain.listAllRuns(deps, caller, workspaceId, q), q, toRun) }
+    }, {
+      query: ListQuery('created_at, finished_at', {
+        ...runFilters,
+        workflow_id: t.Optional(t.String({ description: 'Only runs of this workflow; workflow_id_in=a,b for several' })),
+        workspace_id: t.Optional(t.String({ description: 'Only runs of this workspace (else X-Workspace-Id); without either, every workspace the caller can read' })),
+      }),
+      response: { 200: ListOf(Run), ...errors(404) },
+      detail: {
+        tags,
+        summary: 'List runs across workflows: every run the caller can read',
+        description: 'Without workspace_id, the runs of every workspace the caller can read (a key restricted to a workspace: its own; root: all); workspace_id narrows them to one, and a workspace the caller cannot read is 404. Recent failures: ?status=failed.',
+      },
+    })
+    .get('/runs/:run_id', async ({ caller, requestId, params }) => runAnswer(requestId, await runsDomain.loadRun(deps, caller, params.run_id)), {
       params: t.Object({ run_id: Id('run', 'Run id') }),
-      response: { 200: Envelope(Run), ...errors(404) },
-      detail: { tags, summary: 'Get a run (poll an async run here)' },
+      response: { 200: RunAnswer, ...errors(404) },
+      detail: { tags, summary: 'Get a run (poll an async run here)', description: 'The run object, flat: its fields beside request_id (docs/api.md, "Runs").' },
     })
     .get('/workflows/:id/runs', async ({ caller, requestId, params, query }) => {
       const q = parseListQuery(query, runList)
       return { request_id: requestId, ...toPage(await runsDomain.listRuns(deps, caller, params.id, q), q, toRun) }
     }, {
       params: t.Object({ id: Id('wf', 'Workflow id') }),
-      query: ListQuery('created_at, finished_at', {
-        status: t.Optional(t.String({ description: 'running, completed, failed or cancelled; status_in for several' })),
-        created_at_after: t.Optional(t.String({ description: 'Started after this time (ISO 8601)' })),
-        created_at_before: t.Optional(t.String({ description: 'Started before this time (ISO 8601)' })),
-        user_id: t.Optional(t.String({ description: 'Only runs triggered for exactly this user_id; user_id_in=a,b for several' })),
-      }),
+      query: ListQuery('created_at, finished_at', runFilters),
       response: { 200: ListOf(Run), ...errors(404) },
       detail: { tags, summary: 'List a workflow\'s runs' },
     })
-    .post('/runs/:run_id/cancel', async ({ caller, requestId, params }) => envelope(requestId, toRun(await runsDomain.cancelRun(deps, caller, params.run_id))), {
+    .post('/runs/:run_id/cancel', async ({ caller, requestId, params }) => runAnswer(requestId, await runsDomain.cancelRun(deps, caller, params.run_id)), {
       params: t.Object({ run_id: Id('run', 'Run id') }),
-      response: { 200: Envelope(Run), ...errors(403, 404, 409, 422) },
+      response: { 200: RunAnswer, ...errors(403, 404, 409, 422) },
       detail: { tags, summary: 'Cancel a running run (409 run_not_running otherwise); the node in flight is aborted' },
     })
     .get('/runs/:run_id/events', async ({ caller, requestId, params, query, headers, request, set, route }) => {

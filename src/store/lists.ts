@@ -37,3 +37,17 @@ export function listClauses(sql: Sql, q: ListQuery, opts: { alias?: string; idCo
     limit: q.limit + 1,
   }
 }
+
+/** The workspaces a list covers: every one (root), or these (docs/api.md, "Lists"). */
+export type WorkspaceScope = 'all' | string[]
+
+/**
+ * The condition `workspace_id = any(...)` of a list across workspaces: one array parameter whatever
+ * the number of workspaces, so the statement stays the same and the (workspace_id, created_at, id)
+ * indexes serve it.
+ */
+export function inWorkspaces(sql: Sql, scope: WorkspaceScope, column = 'workspace_id') {
+  if (scope === 'all') return sql`true`
+  if (scope.length === 0) return sql`false`
+  return sql`${sql(column)} = any(${scope as never}::text[])`
+}

@@ -4,7 +4,7 @@ import type { Persisted } from '../machines/runner'
 import type { RunContext } from '../machines/workflow-run.machine'
 import type { Sql, Tx } from './db'
 import { outboxCte } from './events'
-import { listClauses } from './lists'
+import { inWorkspaces, listClauses, type WorkspaceScope } from './lists'
 
 export type RunStatus = 'running' | 'completed' | 'failed' | 'cancelled'
 
@@ -169,4 +169,10 @@ export async function listRunEvents(sql: Sql, runId: string, afterSeq: number, l
 export async function listRuns(sql: Sql, workflowId: string, q: ListQuery): Promise<RunRow[]> {
   const c = listClauses(sql, q)
   return sql<RunRow[]>`select * from runs where workflow_id = ${workflowId} ${c.and} order by ${c.orderBy} limit ${c.limit}`
+}
+
+/** Runs of every workflow of the workspaces in scope (GET /v1/runs); served by runs_workspace_idx. */
+export async function listRunsIn(sql: Sql, scope: WorkspaceScope, q: ListQuery): Promise<RunRow[]> {
+  const c = listClauses(sql, q)
+  return sql<RunRow[]>`select * from runs where ${inWorkspaces(sql, scope)} ${c.and} order by ${c.orderBy} limit ${c.limit}`
 }

@@ -170,6 +170,15 @@ export async function deleteMember(tx: Tx, workspaceId: string, userId: string):
 }
 
 /** Up to two workspace ids the user belongs to: enough to tell "exactly one" from "several". */
+/**
+ * Every workspace the user is a member of (the owner is always an admin member): the workspaces a
+ * list that names none covers (docs/api.md, "Lists").
+ */
+export async function readableWorkspaceIds(sql: Sql, userId: string): Promise<string[]> {
+  const rows = await sql<{ workspace_id: string }[]>`select workspace_id from workspace_members where user_id = ${userId}`
+  return rows.map((r) => r.workspace_id)
+}
+
 export async function memberWorkspaceIds(sql: Sql, userId: string): Promise<string[]> {
   const rows = await sql<{ workspace_id: string }[]>`
     select workspace_id from workspace_members where user_id = ${userId} order by workspace_id limit 2`

@@ -146,7 +146,7 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
     expect(await diagram().locator('svg g.current').textContent()).toContain('cancelled')
     expect(await diagram().locator('svg g.visited').textContent()).toContain('running')
     expect(await page.getByRole('button', { name: 'Cancel' }).count()).toBe(0)
-    expect((await world.call('GET', `/v1/runs/${runId}`)).body.data.status).toBe('cancelled')
+    expect((await world.call('GET', `/v1/runs/${runId}`)).body.status).toBe('cancelled')
   }, 45_000)
 
   test('runs are filtered by status and time', async () => {

@@ -112,8 +112,8 @@ describe('Redis unreachable', () => {
   }, 30_000)
 
   test('the run parked through the outage finishes: its wake-up time is in PostgreSQL, not only in the Redis that forgot it', async () => {
-    await waitFor(async () => (await call('GET', `/v1/runs/${parkedRun}`)).body.data?.status !== 'running', { timeoutMs: 20_000, what: 'the parked run to finish' })
-    const run = (await call('GET', `/v1/runs/${parkedRun}`)).body.data
+    await waitFor(async () => (await call('GET', `/v1/runs/${parkedRun}`)).body?.status !== 'running', { timeoutMs: 20_000, what: 'the parked run to finish' })
+    const run = (await call('GET', `/v1/runs/${parkedRun}`)).body
     expect([run.status, run.outputs]).toEqual(['completed', { ok: 'yes' }])
   }, 30_000)
 })

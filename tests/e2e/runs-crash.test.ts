@@ -131,10 +131,10 @@ describe('embedded: a run survives SIGKILL mid-node', () => {
     sp = boot()
     await sp.ready(30_000)
     const restartedIn = Date.now() - killedAt
-    expect((await apiCall(sp, rootKey, 'GET', `/v1/runs/${runId}`)).body.data.status).toBe('running')
+    expect((await apiCall(sp, rootKey, 'GET', `/v1/runs/${runId}`)).body.status).toBe('running')
     const run = await waitFor(
       async () => {
-        const r = (await apiCall(sp, rootKey, 'GET', `/v1/runs/${runId}`)).body.data
+        const r = (await apiCall(sp, rootKey, 'GET', `/v1/runs/${runId}`)).body
         return r.status !== 'running' ? r : null
       },
       { timeoutMs: RUN_LEASE_MS + HOLD_MS + 10_000, intervalMs: 100, what: 'the run to finish after the restart' },

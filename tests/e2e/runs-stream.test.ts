@@ -185,7 +185,7 @@ if (!process.env.DATABASE_URL || !process.env.REDIS_URL) {
       expect(leased!.lease_owner.split(':')[0]).toBe(String(worker.proc.pid))
       const cancel = await apiCall(api, rootKey, 'POST', `/v1/runs/${runId}/cancel`)
       expect(cancel.status).toBe(200)
-      expect(cancel.body.data.status).toBe('cancelled')
+      expect(cancel.body.status).toBe('cancelled')
       // The worker got the cancel through pub/sub and closed its request long before the target answers.
       await waitFor(() => held[before]!.aborted, { timeoutMs: 5000, what: 'the worker to abort its request' })
       const events = await apiCall(api, rootKey, 'GET', `/v1/runs/${runId}/events`)

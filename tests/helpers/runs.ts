@@ -150,7 +150,7 @@ export async function startRunsEnv(): Promise<RunsEnv> {
     const runOf = async (runId: string): Promise<any> => {
       const res = await h.call('GET', `/v1/runs/${runId}`, { key: owner })
       expect(res.status).toBe(200)
-      return res.body.data
+      return res.body
     }
     return {
       h,

@@ -292,9 +292,9 @@ describe('answers', () => {
     expect(answer).toMatchObject({ role: 'assistant', content: 'You said: hello there', finish_reason: 'stop', agent_version: 1 })
     const run = await h.call('GET', `/v1/runs/${runId}`, { key: owner })
     expect(run.status).toBe(200)
-    expect(run.body.data).toMatchObject({ run_id: runId, workflow_id: wf, status: 'completed', inputs: { message: 'hello there' }, outputs: { answer: 'You said: hello there' }, user_id: 'end-flow' })
-    expect(res.usage).toEqual(run.body.data.usage)
-    expect(answer.usage).toEqual(run.body.data.usage)
+    expect(run.body).toMatchObject({ run_id: runId, workflow_id: wf, status: 'completed', inputs: { message: 'hello there' }, outputs: { answer: 'You said: hello there' }, user_id: 'end-flow' })
+    expect(res.usage).toEqual(run.body.usage)
+    expect(answer.usage).toEqual(run.body.usage)
   })
 })
 

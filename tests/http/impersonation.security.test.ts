@@ -188,7 +188,7 @@ describe('naming another user_id in runs and chats: below developer, only one\'s
     const theirs = (await h.call('POST', `/v1/workflows/${wf}/runs?async=true`, { key: t.keys.developer, body: { user_id: t.targets.user } })).body.run_id
     const mine = (await h.call('POST', `/v1/workflows/${wf}/runs?async=true`, { key: t.keys.user, body: {} })).body.run_id
     expectError(await h.call('POST', `/v1/runs/${theirs}/cancel`, { key: t.keys.user }), 403, 'forbidden')
-    expect((await h.call('GET', `/v1/runs/${theirs}`, { key: t.keys.user })).body.data.status).toBe('running')
+    expect((await h.call('GET', `/v1/runs/${theirs}`, { key: t.keys.user })).body.status).toBe('running')
     expect((await h.call('POST', `/v1/runs/${mine}/cancel`, { key: t.keys.user })).status).toBe(200)
     expect((await h.call('POST', `/v1/runs/${theirs}/cancel`, { key: t.keys.developer })).status).toBe(200)
   })

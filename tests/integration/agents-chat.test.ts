@@ -162,7 +162,7 @@ describe('a tool round trip per tool type', () => {
     expect(tool.output).toEqual({ run_id: expect.stringMatching(/^run_/), status: 'completed', outputs: { report: 'Sunny in Lisbon' } })
     const run = await h.call('GET', `/v1/runs/${tool.output.run_id}`, { key })
     expect(run.status).toBe(200)
-    expect(run.body.data.status).toBe('completed')
+    expect(run.body.status).toBe('completed')
   })
 
   test.each<{ method: string; args: Record<string, unknown>; path: string; query: Record<string, string>; body: unknown }>([

@@ -26,7 +26,7 @@ describe('cancel', () => {
     await waitFor(async () => starts(await env.eventsOf(runId), 'pause').length === 1, { what: 'the wait node to start' })
     const cancel = await env.h.call('POST', `/v1/runs/${runId}/cancel`, { key: env.owner })
     expect(cancel.status).toBe(200)
-    expect(cancel.body.data).toMatchObject({ run_id: runId, status: 'cancelled' })
+    expect(cancel.body).toMatchObject({ run_id: runId, status: 'cancelled' })
     // A run started after the cancelled one has a later wake-up: once it completed, the cancelled
     // run's timer has fired too, and must not have resumed it.
     const later = await env.trigger(wf, {}, { async: true })
@@ -53,7 +53,7 @@ describe('cancel', () => {
     const t0 = performance.now()
     const cancel = await env.h.call('POST', `/v1/runs/${runId}/cancel`, { key: env.owner })
     expect(cancel.status).toBe(200)
-    expect(cancel.body.data.status).toBe('cancelled')
+    expect(cancel.body.status).toBe('cancelled')
     await waitFor(() => upstream.closed, { timeoutMs: 2000, what: 'the fake provider to see its connection closed' })
     const elapsed = performance.now() - t0
     expect(elapsed).toBeLessThan(2000)

@@ -123,7 +123,7 @@ export async function runPage(ctx: PageContext) {
   let run: Run
 
   const showRun = async () => {
-    run = (await api<{ data: Run }>('GET', path, undefined, ctx.signal)).data
+    run = await api<Run>('GET', path, undefined, ctx.signal)
     put(info,
       facts([
         ['Status', badge(run.status)],

@@ -7,7 +7,7 @@ import { RUN_MACHINE_VERSION, runMachine, type RunContext } from '../../machines
 import * as runs from '../../store/runs'
 import { onlyUserOf, type Caller } from '../access'
 import { CANCEL_CHANNEL } from '../../workers/runs'
-import { loadOwned, loadOwnedWithRole } from '../workspaces'
+import { listScope, loadOwned, loadOwnedWithRole } from '../workspaces'
 import { validateInputs } from './graph'
 import { loadWorkflow } from './service'
 import { findWorkflow } from '../../store/workflows'
@@ -45,6 +45,11 @@ export function loadRun(deps: Deps, caller: Caller, runId: string, action: 'read
 export async function listRuns(deps: Deps, caller: Caller, workflowId: string, q: ListQuery) {
   await loadWorkflow(deps.db.sql, caller, workflowId, 'read')
   return runs.listRuns(deps.db.sql, workflowId, q)
+}
+
+/** Runs of every workflow the caller can read (GET /v1/runs); `workspaceId` narrows them to one workspace. */
+export async function listAllRuns(deps: Deps, caller: Caller, workspaceId: string | undefined, q: ListQuery) {
+  return runs.listRunsIn(deps.db.sql, await listScope(deps.db.sql, caller, workspaceId), q)
 }
 
 /**
