@@ -12,7 +12,7 @@ import * as store from '../store/webhooks'
 import { findWorkspaceAccess } from '../store/workspaces'
 import { authorize, type Action, type Caller } from './access'
 import { advanceDelivery, newDelivery } from './deliveries'
-import { loadOwned } from './workspaces'
+import { listScope, loadOwned } from './workspaces'
 
 /** The event types a webhook may subscribe to (docs/webhooks.md, "Registering"). */
 export const EVENT_TYPES = [
@@ -87,9 +87,9 @@ export async function registerWebhook(
   )
 }
 
-export async function listWebhooks(d: WebhookDeps, caller: Caller, workspaceId: string, q: ListQuery) {
-  authorize(caller, await findWorkspaceAccess(d.sql, workspaceId, caller.userId), 'read', { id: workspaceId })
-  return store.listWebhooks(d.sql, workspaceId, q)
+/** Every workspace the caller can read, or the one named (docs/api.md, "Lists"). */
+export async function listWebhooks(d: WebhookDeps, caller: Caller, workspaceId: string | undefined, q: ListQuery) {
+  return store.listWebhooks(d.sql, await listScope(d.sql, caller, workspaceId), q)
 }
 
 export async function updateWebhook(

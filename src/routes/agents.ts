@@ -81,17 +81,17 @@ export function agentRoutes(deps: Deps) {
     })
     .get('/agents', async ({ caller, requestId, query, headers }) => {
       const q = parseListQuery(query, agentList)
-      const workspaceId = await resolveWorkspaceId(sql, caller, (query as { workspace_id?: string }).workspace_id, headers['x-workspace-id'])
+      const workspaceId = (query as { workspace_id?: string }).workspace_id ?? headers['x-workspace-id']
       return { request_id: requestId, ...toPage(await agents.listAgents(deps, caller, workspaceId, q), q, toAgent) }
     }, {
       query: ListQuery('created_at, updated_at, name', {
-        workspace_id: t.Optional(t.String({ description: 'Workspace (else X-Workspace-Id, the key\'s workspace or the caller\'s only one)' })),
+        workspace_id: t.Optional(t.String({ description: 'Only this workspace (else X-Workspace-Id); without either, every workspace the caller can read. One the caller cannot read is 404' })),
         type: t.Optional(t.String({ description: 'agent or chatflow; type_in for both' })),
         status: t.Optional(t.String({ description: 'active or disabled' })),
         name: t.Optional(t.String({ description: 'Exactly this name' })),
       }),
       response: { 200: ListOf(Agent), ...errors(403, 404) },
-      detail: { tags, summary: 'List the agents of a workspace' },
+      detail: { tags, summary: 'List the agents of every workspace the caller can read (workspace_id: of one)' },
     })
     .get('/agents/:id', async ({ caller, requestId, params }) => envelope(requestId, toAgent(await agents.loadAgent(deps, caller, params.id, 'read'))), {
       params: AgentParams,

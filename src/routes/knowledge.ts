@@ -54,17 +54,17 @@ export function knowledgeRoutes(deps: Deps) {
     })
     .get('/knowledge-bases', async ({ caller, requestId, query, headers }) => {
       const q = parseListQuery(query, baseList)
-      const workspaceId = await resolveWorkspaceId(sql, caller, (query as { workspace_id?: string }).workspace_id, headers['x-workspace-id'])
+      const workspaceId = (query as { workspace_id?: string }).workspace_id ?? headers['x-workspace-id']
       return { request_id: requestId, ...toPage(await bases.listKnowledgeBases(deps, caller, workspaceId, q), q, toKnowledgeBase) }
     }, {
       query: ListQuery('created_at, updated_at, name', {
-        workspace_id: t.Optional(t.String({ description: 'Workspace (else X-Workspace-Id, the key\'s workspace or the caller\'s only one)' })),
+        workspace_id: t.Optional(t.String({ description: 'Only this workspace (else X-Workspace-Id); without either, every workspace the caller can read. One the caller cannot read is 404' })),
         name: t.Optional(t.String()),
         created_at_after: t.Optional(t.String()),
         created_at_before: t.Optional(t.String()),
       }),
       response: { 200: ListOf(KnowledgeBase), ...errors(403, 404) },
-      detail: { tags, summary: 'List the knowledge bases of a workspace' },
+      detail: { tags, summary: 'List the knowledge bases of every workspace the caller can read (workspace_id: of one)' },
     })
     .get('/knowledge-bases/:id', async ({ caller, requestId, params }) => envelope(requestId, toKnowledgeBase(await bases.loadKnowledgeBase(deps, caller, params.id, 'read'))), {
       params: KnowledgeBaseParams,

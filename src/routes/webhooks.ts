@@ -51,12 +51,12 @@ export function webhookRoutes(deps: Deps) {
     })
     .get('/webhooks', async ({ caller, requestId, query, headers }) => {
       const q = parseListQuery(query, webhookList)
-      const workspaceId = await resolveWorkspaceId(d.sql, caller, (query as { workspace_id?: string }).workspace_id, headers['x-workspace-id'])
+      const workspaceId = (query as { workspace_id?: string }).workspace_id ?? headers['x-workspace-id']
       return { request_id: requestId, ...toPage(await webhooks.listWebhooks(d, caller, workspaceId, q), q, toWebhook) }
     }, {
-      query: ListQuery('created_at, updated_at', { workspace_id: t.Optional(t.String({ description: 'Workspace (else X-Workspace-Id, the key\'s workspace or the caller\'s only one)' })) }),
+      query: ListQuery('created_at, updated_at', { workspace_id: t.Optional(t.String({ description: 'Only this workspace (else X-Workspace-Id); without either, every workspace the caller can read. One the caller cannot read is 404' })) }),
       response: { 200: ListOf(Webhook), ...errors(403, 404) },
-      detail: { tags, summary: 'List the webhooks of a workspace' },
+      detail: { tags, summary: 'List the webhooks of every workspace the caller can read (workspace_id: of one)' },
     })
     .get('/webhooks/:id', async ({ caller, requestId, params }) =>
       envelope(requestId, toWebhook(await webhooks.loadWebhook(d.sql, caller, params.id, 'read'))), {

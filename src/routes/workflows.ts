@@ -34,17 +34,17 @@ export function workflowRoutes(deps: Deps) {
     })
     .get('/workflows', async ({ caller, requestId, query, headers }) => {
       const q = parseListQuery(query, workflowList)
-      const workspaceId = await resolveWorkspaceId(sql, caller, (query as { workspace_id?: string }).workspace_id, headers['x-workspace-id'])
+      const workspaceId = (query as { workspace_id?: string }).workspace_id ?? headers['x-workspace-id']
       return { request_id: requestId, ...toPage(await workflows.listWorkflows(sql, caller, workspaceId, q), q, toWorkflow) }
     }, {
       query: ListQuery('created_at, updated_at, name', {
-        workspace_id: t.Optional(t.String({ description: 'Workspace (else X-Workspace-Id, the key\'s workspace or the caller\'s only one)' })),
+        workspace_id: t.Optional(t.String({ description: 'Only this workspace (else X-Workspace-Id); without either, every workspace the caller can read. One the caller cannot read is 404' })),
         name: t.Optional(t.String({ description: 'Only workflows of exactly this name; name_in=a,b for several' })),
         created_at_after: t.Optional(t.String({ description: 'Created after this time (ISO 8601)' })),
         created_at_before: t.Optional(t.String({ description: 'Created before this time (ISO 8601)' })),
       }),
       response: { 200: ListOf(Workflow), ...errors(403, 404) },
-      detail: { tags, summary: 'List the workflows of a workspace' },
+      detail: { tags, summary: 'List the workflows of every workspace the caller can read (workspace_id: of one)' },
     })
     .get('/workflows/:id', async ({ caller, requestId, params }) =>
       envelope(requestId, toWorkflow(await workflows.loadWorkflow(sql, caller, params.id, 'read'))), {

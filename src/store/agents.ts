@@ -1,7 +1,7 @@
 import { notFound } from '../lib/errors'
 import type { ListQuery } from '../lib/lists'
 import type { Sql, Tx } from './db'
-import { listClauses } from './lists'
+import { inWorkspaces, listClauses, type WorkspaceScope } from './lists'
 
 /** A tool as stored (docs/agents.md, "Definitions"); validated by src/domain/agents/service.ts before it gets here. */
 export type AgentTool =
@@ -102,10 +102,10 @@ export async function deleteAgent(tx: Sql, id: string): Promise<void> {
   await tx`delete from agents where id = ${id}`
 }
 
-export async function listAgents(sql: Sql, workspaceIds: string[], q: ListQuery): Promise<AgentRow[]> {
+export async function listAgents(sql: Sql, scope: WorkspaceScope, q: ListQuery): Promise<AgentRow[]> {
   const c = listClauses(sql, q)
   return sql<AgentRow[]>`
-    select * from agents where workspace_id in ${sql(workspaceIds)} ${c.and}
+    select * from agents where ${inWorkspaces(sql, scope)} ${c.and}
     order by ${c.orderBy} limit ${c.limit}`
 }
 

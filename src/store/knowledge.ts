@@ -4,7 +4,7 @@ import type { Persisted } from '../machines/runner'
 import type { DocumentContext, DocumentStatus } from '../machines/document.machine'
 import type { Pool, Sql, Tx } from './db'
 import { outboxCte } from './events'
-import { listClauses } from './lists'
+import { inWorkspaces, listClauses, type WorkspaceScope } from './lists'
 
 export type RetrievalMode = 'vector' | 'hybrid' | 'fulltext'
 
@@ -81,9 +81,9 @@ export async function findKnowledgeBase(sql: Sql, id: string): Promise<Knowledge
   return row ?? null
 }
 
-export async function listKnowledgeBases(sql: Sql, workspaceId: string, q: ListQuery): Promise<KnowledgeBaseRow[]> {
+export async function listKnowledgeBases(sql: Sql, scope: WorkspaceScope, q: ListQuery): Promise<KnowledgeBaseRow[]> {
   const c = listClauses(sql, q)
-  return sql<KnowledgeBaseRow[]>`select * from knowledge_bases where workspace_id = ${workspaceId} ${c.and} order by ${c.orderBy} limit ${c.limit}`
+  return sql<KnowledgeBaseRow[]>`select * from knowledge_bases where ${inWorkspaces(sql, scope)} ${c.and} order by ${c.orderBy} limit ${c.limit}`
 }
 
 export type KnowledgeBasePatch = Partial<Pick<KnowledgeBaseRow, 'name' | 'description' | 'embedding_model' | 'dimensions' | 'chunking' | 'retrieval_mode' | 'rerank_model'>>

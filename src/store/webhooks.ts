@@ -1,7 +1,7 @@
 import { notFound } from '../lib/errors'
 import type { ListQuery } from '../lib/lists'
 import type { Sql, Tx } from './db'
-import { listClauses } from './lists'
+import { inWorkspaces, listClauses, type WorkspaceScope } from './lists'
 
 export interface WebhookRow {
   id: string
@@ -41,10 +41,10 @@ export async function lockWebhook(tx: Tx, id: string): Promise<WebhookRow> {
   return row
 }
 
-export async function listWebhooks(sql: Sql, workspaceId: string, q: ListQuery): Promise<WebhookRow[]> {
+export async function listWebhooks(sql: Sql, scope: WorkspaceScope, q: ListQuery): Promise<WebhookRow[]> {
   const c = listClauses(sql, q)
   return sql<WebhookRow[]>`
-    select * from webhooks where workspace_id = ${workspaceId} ${c.and}
+    select * from webhooks where ${inWorkspaces(sql, scope)} ${c.and}
     order by ${c.orderBy} limit ${c.limit}`
 }
 

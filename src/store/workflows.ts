@@ -2,7 +2,7 @@ import { notFound } from '../lib/errors'
 import type { ListQuery } from '../lib/lists'
 import type { Graph } from '../domain/workflows/types'
 import type { Sql, Tx } from './db'
-import { listClauses } from './lists'
+import { inWorkspaces, listClauses, type WorkspaceScope } from './lists'
 
 export interface WorkflowRow {
   id: string
@@ -73,10 +73,10 @@ export async function deleteWorkflow(tx: Tx, id: string): Promise<void> {
   await tx`delete from workflows where id = ${id}`
 }
 
-export async function listWorkflows(sql: Sql, workspaceId: string, q: ListQuery): Promise<WorkflowRow[]> {
+export async function listWorkflows(sql: Sql, scope: WorkspaceScope, q: ListQuery): Promise<WorkflowRow[]> {
   const c = listClauses(sql, q)
   return sql<WorkflowRow[]>`
-    select * from workflows where workspace_id = ${workspaceId} ${c.and}
+    select * from workflows where ${inWorkspaces(sql, scope)} ${c.and}
     order by ${c.orderBy} limit ${c.limit}`
 }
 

@@ -7,7 +7,7 @@ import * as store from '../../store/agents'
 import type { Action, Caller } from '../access'
 import { knowledgeBaseIn, workflowIn } from '../references'
 import { inputSpec } from '../workflows/graph'
-import { access, loadOwned } from '../workspaces'
+import { access, listScope, loadOwned } from '../workspaces'
 import { toolName } from './tools'
 
 export interface AgentInput {
@@ -68,9 +68,9 @@ export async function deleteAgent(deps: Deps, caller: Caller, id: string): Promi
   await store.deleteAgent(deps.db.sql, id)
 }
 
-export async function listAgents(deps: Deps, caller: Caller, workspaceId: string, q: ListQuery): Promise<store.AgentRow[]> {
-  await access(deps.db.sql, caller, workspaceId, 'read')
-  return store.listAgents(deps.db.sql, [workspaceId], q)
+/** Every workspace the caller can read, or the one named (docs/api.md, "Lists"). */
+export async function listAgents(deps: Deps, caller: Caller, workspaceId: string | undefined, q: ListQuery): Promise<store.AgentRow[]> {
+  return store.listAgents(deps.db.sql, await listScope(deps.db.sql, caller, workspaceId), q)
 }
 
 /**

@@ -4,7 +4,7 @@ import { newId } from '../../lib/ids'
 import type { ListQuery } from '../../lib/lists'
 import * as store from '../../store/knowledge'
 import type { Action, Caller } from '../access'
-import { access, loadOwned } from '../workspaces'
+import { access, listScope, loadOwned } from '../workspaces'
 import { DEFAULT_CHUNKING } from './chunk'
 import { requeueAll } from './documents'
 
@@ -79,9 +79,9 @@ export async function createKnowledgeBase(deps: Deps, caller: Caller, input: Kno
   })
 }
 
-export async function listKnowledgeBases(deps: Deps, caller: Caller, workspaceId: string, q: ListQuery) {
-  await access(deps.db.sql, caller, workspaceId, 'read')
-  return store.listKnowledgeBases(deps.db.sql, workspaceId, q)
+/** Every workspace the caller can read, or the one named (docs/api.md, "Lists"). */
+export async function listKnowledgeBases(deps: Deps, caller: Caller, workspaceId: string | undefined, q: ListQuery) {
+  return store.listKnowledgeBases(deps.db.sql, await listScope(deps.db.sql, caller, workspaceId), q)
 }
 
 /**

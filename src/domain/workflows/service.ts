@@ -3,7 +3,7 @@ import type { ListQuery } from '../../lib/lists'
 import type { Pool } from '../../store/db'
 import * as store from '../../store/workflows'
 import type { Action, Caller } from '../access'
-import { access, loadOwned } from '../workspaces'
+import { access, listScope, loadOwned } from '../workspaces'
 import { knowledgeBaseIn } from '../references'
 import { validateGraph } from './graph'
 import type { Graph, NodeType } from './types'
@@ -38,9 +38,9 @@ export async function createWorkflow(sql: Pool, caller: Caller, workspaceId: str
   )
 }
 
-export async function listWorkflows(sql: Pool, caller: Caller, workspaceId: string, q: ListQuery): Promise<store.WorkflowRow[]> {
-  await access(sql, caller, workspaceId, 'read')
-  return store.listWorkflows(sql, workspaceId, q)
+/** Every workspace the caller can read, or the one named (docs/api.md, "Lists"). */
+export async function listWorkflows(sql: Pool, caller: Caller, workspaceId: string | undefined, q: ListQuery): Promise<store.WorkflowRow[]> {
+  return store.listWorkflows(sql, await listScope(sql, caller, workspaceId), q)
 }
 
 /** PUT: name, description and graph replaced as a whole; the version goes up by one. */
