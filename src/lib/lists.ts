@@ -8,12 +8,18 @@ export interface ListSpec {
   filters: Record<string, { type: FieldType; values?: readonly string[] }>
   /** Query parameters the route reads itself, besides limit/cursor/sort and the filters. */
   extra?: readonly string[]
+  /**
+   * Sortable time fields that may be null (a running run's finished_at): a null sorts as the latest
+   * time, where Postgres puts nulls anyway, and a cursor may carry it.
+   */
+  nullable?: readonly string[]
 }
 
 export interface SortKey {
   field: string
   type: FieldType
   desc: boolean
+  nullable?: boolean
 }
 
 export type Filter =
@@ -80,7 +86,7 @@ function parseSort(raw: string, spec: ListSpec): SortKey[] {
         param: 'sort',
       })
     }
-    keys.push({ field, type, desc })
+    keys.push(spec.nullable?.includes(field) ? { field, type, desc, nullable: true } : { field, type, desc })
   }
   return keys
 }
@@ -149,6 +155,7 @@ function decodeCursor(raw: string, sort: SortKey[]): unknown[] {
   const values = c.v.map((v, i) => {
     const type: FieldType = i < sort.length ? sort[i]!.type : 'text'
     if (type === 'time') {
+      if (v === null && i < sort.length && sort[i]!.nullable) return null
       const d = typeof v === 'string' ? parseTime(v) : null
       if (!d) throw bad()
       return d

@@ -55,6 +55,7 @@ const TriggerBody = t.Object(
 
 const runList: ListSpec = {
   sortable: { created_at: 'time', finished_at: 'time' },
+  nullable: ['finished_at'],
   filters: { status: { type: 'text', values: ['running', 'completed', 'failed', 'cancelled'] }, created_at: { type: 'time' }, user_id: { type: 'text' } },
 }
 const allRunList: ListSpec = {

@@ -19,17 +19,21 @@ export function listClauses(sql: Sql, q: ListQuery, opts: { alias?: string; idCo
       case 'before': return sql`${col(f.field)} < ${f.value}`
     }
   })
-  const keys = [...q.sort, { field: 'id', desc: q.sort[q.sort.length - 1]!.desc }]
+  const keys: { field: string; desc: boolean; nullable?: boolean }[] = [...q.sort, { field: 'id', desc: q.sort[q.sort.length - 1]!.desc }]
+  // A nullable time sorts as 'infinity' (where Postgres puts nulls: last ascending, first descending),
+  // so the keyset comparisons below hold across nulls too.
+  const key = (k: (typeof keys)[number]) => (k.nullable ? sql`coalesce(${col(k.field)}, 'infinity'::timestamptz)` : col(k.field))
   if (q.after) {
     const values = q.after
+    const value = (k: (typeof keys)[number], v: unknown) => (k.nullable && v === null ? sql`'infinity'::timestamptz` : sql`${v as never}`)
     // (k1 > v1) or (k1 = v1 and k2 > v2) or ... with each key's own direction.
     const alternatives = keys.map((k, i) => {
-      const cmp = k.desc ? sql`${col(k.field)} < ${values[i] as never}` : sql`${col(k.field)} > ${values[i] as never}`
-      return keys.slice(0, i).reduce((acc, prev, j) => sql`${col(prev.field)} = ${values[j] as never} and ${acc}`, cmp)
+      const cmp = k.desc ? sql`${key(k)} < ${value(k, values[i])}` : sql`${key(k)} > ${value(k, values[i])}`
+      return keys.slice(0, i).reduce((acc, prev, j) => sql`${key(prev)} = ${value(prev, values[j])} and ${acc}`, cmp)
     })
     conditions.push(sql`(${alternatives.reduce((acc, a) => sql`${acc} or (${a})`)})`)
   }
-  const order = keys.map((k) => (k.desc ? sql`${col(k.field)} desc` : sql`${col(k.field)} asc`))
+  const order = keys.map((k) => (k.desc ? sql`${key(k)} desc` : sql`${key(k)} asc`))
   return {
     /** `and ...` conditions, to follow a where clause that already has one condition. */
     and: conditions.reduce((acc, c) => sql`${acc} and ${c}`, sql``),

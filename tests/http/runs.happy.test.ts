@@ -192,4 +192,36 @@ describe('GET /v1/runs: every run the caller can read', () => {
     const wrong = await list(lister, 'sort=status')
     expect(wrong.body.error).toMatchObject({ code: 'invalid_sort', param: 'sort' })
   })
+
+  test('sorted by finished_at, running runs (finished_at null) count as the latest and pages cross them', async () => {
+    const parked = await workflowIn(lister, wsB, 'B waiting', chain(start(), wait('pause', 60), end({})))
+    const running: string[] = []
+    for (let i = 0; i < 3; i++) {
+      const res = await env.h.call('POST', `/v1/workflows/${parked}/runs?async=true`, { key: lister, body: {} })
+      expect(res.status).toBe(202)
+      running.push(res.body.run_id)
+    }
+    try {
+      const finished = [...runsA, ...runsB]
+      for (const sort of ['-finished_at', 'finished_at']) {
+        const seen: { run_id: string; finished_at: string | null }[] = []
+        let cursor: string | null = null
+        do {
+          const res: Answer = await list(lister, `limit=2&sort=${sort}${cursor ? `&cursor=${cursor}` : ''}`)
+          expect([sort, res.status]).toEqual([sort, 200])
+          seen.push(...res.body.data)
+          cursor = res.body.next_cursor
+          expect(seen.length).toBeLessThan(20)
+        } while (cursor)
+        expect(sorted(seen.map((r) => r.run_id))).toEqual(sorted([...finished, ...running]))
+        // Descending: the running ones first (newest id first among equals); ascending: last.
+        const nulls = seen.map((r) => r.finished_at === null)
+        expect(nulls).toEqual(sort === '-finished_at' ? [true, true, true, ...finished.map(() => false)] : [...finished.map(() => false), true, true, true])
+        const runningSeen = seen.filter((r) => r.finished_at === null).map((r) => r.run_id)
+        expect(runningSeen).toEqual(sort === '-finished_at' ? [...running].reverse() : running)
+      }
+    } finally {
+      for (const id of running) expect((await env.h.call('POST', `/v1/runs/${id}/cancel`, { key: lister })).status).toBe(200)
+    }
+  })
 })
