@@ -147,7 +147,7 @@ export async function removeMember(sql: Sql, caller: Caller, id: string, userId:
 }
 
 /**
- * The workspace of a call that names none (docs/workflows.md, "Endpoints"): body or query > X-Workspace-Id
+ * The workspace of a call that names none (docs/api.md, "Keys, roles and workspaces"): body or query > X-Workspace-Id
  * header > the key's workspace > the user's only workspace; otherwise a 400 naming `workspace_id`.
  */
 export async function resolveWorkspaceId(
