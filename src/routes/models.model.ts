@@ -1,6 +1,7 @@
 import { t } from 'elysia'
 import type { ModelSpec } from '../domain/models/catalog'
 import type { ChatMessage } from '../domain/models/types'
+import { unsupportedChatParams } from '../domain/models/openai-params'
 import { AppError } from '../lib/errors'
 import { Id } from './common.model'
 
@@ -51,8 +52,20 @@ export const ChatBody = t.Object(
   { additionalProperties: false, examples: [{ model: 'local-chat', messages: [{ role: 'system', content: 'Answer briefly.' }, { role: 'user', content: 'What is a webhook?' }], temperature: 0.2, max_tokens: 200 }] },
 )
 
-/** The OpenAI drop-in accepts the SDK's other parameters and ignores those it does not use. */
-export const OpenAIChatBody = t.Object({ ...chatFields, workspace_id: WorkspaceId }, { additionalProperties: true })
+/**
+ * The OpenAI drop-in: the fields above, `max_completion_tokens` (the newer name of `max_tokens`), and the
+ * OpenAI parameters this service does not implement, accepted only with their default value (the rest is
+ * a 400 naming the parameter: docs/models.md, "OpenAI compatibility"). Unknown fields are a 400, as OpenAI answers.
+ */
+export const OpenAIChatBody = t.Object(
+  {
+    ...chatFields,
+    max_completion_tokens: t.Optional(t.Integer({ minimum: 1, maximum: 1_000_000 })),
+    ...Object.fromEntries(unsupportedChatParams.map((p) => [p, t.Optional(t.Unknown({ description: 'Accepted only with its default value' }))])),
+    workspace_id: WorkspaceId,
+  },
+  { additionalProperties: false },
+)
 
 const Input = t.Array(t.String({ maxLength: 1_000_000 }), { minItems: 1, maxItems: 4096 })
 export const EmbeddingsBody = t.Object(
@@ -64,11 +77,11 @@ export const OpenAIEmbeddingsBody = t.Object(
     model: ModelId,
     input: t.Union([t.String({ maxLength: 1_000_000 }), Input]),
     encoding_format: t.Optional(t.UnionEnum(['float', 'base64'], { default: undefined })),
-    dimensions: t.Optional(t.Integer({ minimum: 1 })),
+    dimensions: t.Optional(t.Integer({ minimum: 1, description: 'The model\'s own dimension, or fewer for models that can be shortened (text-embedding-3-*); otherwise 400' })),
     user: t.Optional(t.String()),
     workspace_id: WorkspaceId,
   },
-  { additionalProperties: true },
+  { additionalProperties: false },
 )
 
 export const RerankBody = t.Object(
@@ -85,6 +98,8 @@ export const RerankBody = t.Object(
 export const ModelView = t.Object({
   id: t.String(),
   object: t.Literal('model'),
+  created: t.Integer({ description: 'Unix seconds: when this process loaded its catalogue (OpenAI\'s field; the catalogue keeps no date)' }),
+  owned_by: t.String({ description: 'The vendor, as OpenAI\'s field' }),
   type: t.UnionEnum(['llm', 'embedding', 'rerank']),
   vendor: t.String(),
   context_length: t.Optional(t.Integer()),
@@ -92,8 +107,10 @@ export const ModelView = t.Object({
   dimensions: t.Optional(t.Integer()),
 })
 
+const CATALOGUE_LOADED = Math.floor(Date.now() / 1000)
+
 export function toModel(m: ModelSpec): typeof ModelView.static {
-  const out: typeof ModelView.static = { id: m.id, object: 'model', type: m.type, vendor: m.vendor }
+  const out: typeof ModelView.static = { id: m.id, object: 'model', created: CATALOGUE_LOADED, owned_by: m.vendor, type: m.type, vendor: m.vendor }
   if (m.type === 'llm') {
     if (m.context_length !== undefined) out.context_length = m.context_length
     out.supports_function_call = m.supports_function_call ?? false

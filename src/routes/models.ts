@@ -3,8 +3,10 @@ import type { Deps } from '../deps'
 import type { CallContext } from '../domain/models/gateway'
 import type { ChatChunk } from '../domain/models/types'
 import { checkBudget } from '../domain/credits'
+import { checkChatParams, shortenEmbeddings } from '../domain/models/openai-params'
 import { access, resolveWorkspaceId } from '../domain/workspaces'
 import type { Caller } from '../domain/access'
+import { notFound } from '../lib/errors'
 import { errors } from './common.model'
 import {
   ChatBody, ChatCompletionView, EmbeddingsBody, EmbeddingsView, ModelView, OpenAIChatBody, OpenAIEmbeddingsBody, RerankBody, RerankView,
@@ -109,6 +111,15 @@ export function modelRoutes(deps: Deps) {
       response: { 200: t.Object({ request_id: t.String(), object: t.Literal('list'), data: t.Array(ModelView) }), ...errors() },
       detail: { tags, summary: 'List the models of the catalogue (MODELS_FILE merged over the built-in local models)' },
     })
+    .get('/models/:id', ({ requestId, params }) => {
+      const found = gateway.list().find((m) => m.id === params.id)
+      if (!found) throw notFound('model', params.id)
+      return { request_id: requestId, ...toModel(found) }
+    }, {
+      params: t.Object({ id: t.String({ minLength: 1, maxLength: 128, description: 'A model id of GET /v1/models' }) }),
+      response: { 200: t.Object({ request_id: t.String(), ...ModelView.properties }), ...errors(404) },
+      detail: { tags, summary: 'Get one model of the catalogue (the OpenAI SDK\'s models.retrieve)' },
+    })
     .post('/models/llm/chat', ({ caller, requestId, body, headers, request, set, route }) =>
       chat(caller, requestId, body, body.workspace_id, headers['x-workspace-id'], request, set, route, true), {
       body: ChatBody,
@@ -136,8 +147,11 @@ export function modelRoutes(deps: Deps) {
       response: { 200: RerankView, ...errors(402, 403, 404, 502, 504) },
       detail: { tags, summary: 'Rerank documents against a query' },
     })
-    .post('/chat/completions', ({ caller, requestId, body, headers, request, set, route }) =>
-      chat(caller, requestId, body, body.workspace_id, headers['x-workspace-id'], request, set, route, false), {
+    .post('/chat/completions', ({ caller, requestId, body, headers, request, set, route }) => {
+      checkChatParams(body)
+      const input = body.max_completion_tokens !== undefined && body.max_tokens === undefined ? { ...body, max_tokens: body.max_completion_tokens } : body
+      return chat(caller, requestId, input, body.workspace_id, headers['x-workspace-id'], request, set, route, false)
+    }, {
       body: OpenAIChatBody,
       parse: 'json',
       response: { 200: ChatCompletionView, ...errors(402, 403, 404, 502, 504) },
@@ -146,13 +160,14 @@ export function modelRoutes(deps: Deps) {
     .post('/embeddings', async ({ caller, requestId, body, headers, request }) => {
       const input = typeof body.input === 'string' ? [body.input] : body.input
       const r = await embeddings(caller, requestId, body.model, input, body.workspace_id, headers['x-workspace-id'], request.signal)
+      const vectors = shortenEmbeddings(r.spec, body.dimensions, r.vectors)
       // The SDK asks for base64 by default: little-endian float32, as OpenAI sends.
       const encode = (v: number[]) => (body.encoding_format === 'base64' ? Buffer.from(new Float32Array(v).buffer).toString('base64') : v)
       return {
         request_id: requestId,
         object: 'list' as const,
         model: r.spec.id,
-        data: r.vectors.map((v, index) => ({ object: 'embedding' as const, embedding: encode(v), index })),
+        data: vectors.map((v, index) => ({ object: 'embedding' as const, embedding: encode(v), index })),
         usage: { prompt_tokens: r.tokens, total_tokens: r.tokens, credits: r.credits },
       }
     }, {

@@ -8,7 +8,7 @@ import { apiCall, EMBEDDED, killAll, spawnService, type ServiceProcess } from '.
 
 /**
  * The official OpenAI SDK as a client of the real service (`bun run src/main.ts`, embedded store):
- * baseURL `<service>/v1` and one of our keys are all it needs (CONTRACT 6, OpenAI drop-in).
+ * baseURL `<service>/v1` and one of our keys are all it needs (docs/models.md, "OpenAI compatibility").
  */
 let tmp: string
 let sp: ServiceProcess
@@ -280,5 +280,58 @@ describe('the catalogue', () => {
     const ids: string[] = []
     for await (const m of client.models.list()) ids.push(m.id)
     expect(ids).toEqual(expect.arrayContaining(['local-chat', 'local-embed', 'local-rerank']))
+  })
+})
+
+describe('what the OpenAI wire format has and the service does not do is a 400 naming the parameter', () => {
+  test('models.retrieve: the model object of the catalogue; an unknown id is NotFoundError', async () => {
+    const model = await client.models.retrieve('local-embed')
+    expect(model).toMatchObject({ id: 'local-embed', object: 'model', owned_by: expect.any(String), created: expect.any(Number) })
+    const listed = (await client.models.list()).data.find((m) => m.id === 'local-embed')
+    const { request_id: _, ...fields } = model as unknown as Record<string, unknown>
+    expect(listed).toEqual(fields as never)
+    const err = await thrown(() => client.models.retrieve('no-such-model'))
+    expect(err).toBeInstanceOf(OpenAI.NotFoundError)
+  })
+
+  test('n: 1 is fine, n: 2 is refused rather than answered with one choice', async () => {
+    const one = await client.chat.completions.create({ model: 'local-chat', messages: MESSAGES, n: 1 })
+    expect(one.choices).toHaveLength(1)
+    const err = await thrown(() => client.chat.completions.create({ model: 'local-chat', messages: MESSAGES, n: 2 }))
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError)
+    expect((err as InstanceType<typeof OpenAI.BadRequestError>).param).toBe('n')
+  })
+
+  test.each([
+    ['presence_penalty', { presence_penalty: 0.5 }],
+    ['logprobs', { logprobs: true }],
+    ['seed', { seed: 7 }],
+    ['response_format', { response_format: { type: 'json_object' as const } }],
+  ])('%s with a value other than the default is refused, naming it', async (param, extra) => {
+    const err = await thrown(() => client.chat.completions.create({ model: 'local-chat', messages: MESSAGES, ...extra }))
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError)
+    expect((err as InstanceType<typeof OpenAI.BadRequestError>).param).toBe(param)
+  })
+
+  test('defaults are accepted (clients send them), and max_completion_tokens works as max_tokens', async () => {
+    const c = await client.chat.completions.create({
+      model: 'local-chat', messages: MESSAGES, presence_penalty: 0, frequency_penalty: 0, logprobs: false, store: false, parallel_tool_calls: true, max_completion_tokens: 50,
+    })
+    expect(c.choices[0]!.message.content).toBeTruthy()
+  })
+
+  test('an unknown parameter is refused, naming it', async () => {
+    const err = await thrown(() => client.chat.completions.create({ model: 'local-chat', messages: MESSAGES, temprature: 0.2 } as never))
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError)
+    expect(JSON.stringify((err as InstanceType<typeof OpenAI.BadRequestError>).error)).toContain('temprature')
+  })
+
+  test('dimensions: the model\'s own is fine; another is refused for a model that cannot be shortened', async () => {
+    const native = (await client.models.retrieve('local-embed')) as unknown as { dimensions: number }
+    const same = await client.embeddings.create({ model: 'local-embed', input: 'refund', dimensions: native.dimensions, encoding_format: 'float' })
+    expect(same.data[0]!.embedding).toHaveLength(native.dimensions)
+    const err = await thrown(() => client.embeddings.create({ model: 'local-embed', input: 'refund', dimensions: 8 }))
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError)
+    expect((err as InstanceType<typeof OpenAI.BadRequestError>).param).toBe('dimensions')
   })
 })

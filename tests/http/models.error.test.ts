@@ -156,24 +156,45 @@ describe('bad bodies', () => {
     expectError(await post('/v1/models/llm/chat', { model: 'local-chat', messages: [{ role: 'user', content: 'x', mood: 'happy' }] }), 400, 'validation_error', 'messages.0.mood')
   })
 
-  test('unknown OpenAI parameters on the drop-ins are accepted', async () => {
+  test('OpenAI parameters the service does not implement: accepted with their default value only', async () => {
     const res = await post('/v1/chat/completions', {
       model: 'local-chat',
       messages: USER,
-      frequency_penalty: 0.5,
+      frequency_penalty: 0,
       presence_penalty: 0,
-      logit_bias: { '50256': -100 },
+      logit_bias: {},
       n: 1,
-      seed: 42,
       response_format: { type: 'text' },
       parallel_tool_calls: true,
-      metadata: { trace: 'abc' },
+      metadata: {},
       store: false,
     })
     expect(res.status).toBe(200)
     expect(res.body.object).toBe('chat.completion')
-    const emb = await post('/v1/embeddings', { model: 'local-embed', input: ['x'], user: 'u-1', some_future_param: true })
+    const emb = await post('/v1/embeddings', { model: 'local-embed', input: ['x'], user: 'u-1' })
     expect(emb.status).toBe(200)
+  })
+
+  test.each([
+    ['frequency_penalty', 0.5],
+    ['presence_penalty', -1],
+    ['logit_bias', { '50256': -100 }],
+    ['n', 2],
+    ['seed', 42],
+    ['response_format', { type: 'json_object' }],
+    ['parallel_tool_calls', false],
+    ['metadata', { trace: 'abc' }],
+    ['store', true],
+    ['logprobs', true],
+    ['audio', { voice: 'alloy', format: 'mp3' }],
+    ['reasoning_effort', 'low'],
+  ])('%s with another value → 400 naming it, never silence', async (param, value) => {
+    expectError(await post('/v1/chat/completions', { model: 'local-chat', messages: USER, [param]: value }), 400, 'validation_error', param)
+  })
+
+  test('unknown fields on the drop-ins → 400 naming them, as OpenAI answers', async () => {
+    expectError(await post('/v1/chat/completions', { model: 'local-chat', messages: USER, some_future_param: true }), 400, 'validation_error', 'some_future_param')
+    expectError(await post('/v1/embeddings', { model: 'local-embed', input: ['x'], some_future_param: true }), 400, 'validation_error', 'some_future_param')
   })
 
   test('not JSON → 400 invalid_json', async () => {
