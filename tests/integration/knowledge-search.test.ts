@@ -57,7 +57,7 @@ async function search(kbId: string, body: Record<string, unknown>, key = owner) 
   const res = await h.call('POST', `/v1/knowledge-bases/${kbId}/search`, { key, body })
   expect(res.status).toBe(200)
   expect(Object.keys(res.body).sort()).toEqual(['request_id', 'results'])
-  return res.body.results as { chunk_id: string; document_id: string; document_name: string; content: string; score: number; metadata: Record<string, unknown> }[]
+  return res.body.results as { chunk_id: string; document_id: string; document_name: string; content: string; score: number; similarity: number; metadata: Record<string, unknown> }[]
 }
 
 const passagesOf = (results: { document_id: string }[]) => results.map((r) => docs.get(r.document_id)!.id)
@@ -67,16 +67,32 @@ describe('results', () => {
     const results = await search(bases[mode], { query: 'express shipping fee for late parcels' })
     expect(results.length).toBe(5)
     for (const r of results) {
-      expect(Object.keys(r).sort()).toEqual(['chunk_id', 'content', 'document_id', 'document_name', 'metadata', 'score'])
+      expect(Object.keys(r).sort()).toEqual(['chunk_id', 'content', 'document_id', 'document_name', 'metadata', 'score', 'similarity'])
       const p = docs.get(r.document_id)!
       expect(p).toBeDefined()
       const [chunk] = await chunksOf(h, r.document_id)
-      expect(r).toEqual({ chunk_id: chunk!.id, document_id: r.document_id, document_name: `${p.id}.txt`, content: chunk!.content, score: r.score, metadata: p.metadata })
+      expect(r).toEqual({ chunk_id: chunk!.id, document_id: r.document_id, document_name: `${p.id}.txt`, content: chunk!.content, score: r.score, similarity: r.similarity, metadata: p.metadata })
       expect(r.content).toBe(contentOf(p))
       expect(r.score).toBeGreaterThanOrEqual(0)
       expect(r.score).toBeLessThanOrEqual(1)
+      expect(r.similarity).toBeGreaterThanOrEqual(0)
+      expect(r.similarity).toBeLessThanOrEqual(1)
     }
     expect(new Set(results.map((r) => r.chunk_id)).size).toBe(5)
+  })
+
+  // A client that sorts by score must keep the order: hybrid results once showed the cosine similarity
+  // while being ordered by their fused rank (0.110 before 0.135).
+  test.each([
+    ['vector', false], ['hybrid', false], ['fulltext', false], ['vector', true], ['hybrid', true], ['fulltext', true],
+  ] as const)('%s (rerank %p): ordered by the score shown, over many queries', async (mode, rerank) => {
+    const queries = ['express shipping fee for late parcels', 'refund', 'battery warranty', 'how do I reset my password', ...PASSAGES.slice(0, 4).map((p) => contentOf(p).split(' ').slice(3, 9).join(' '))]
+    for (const query of queries) {
+      const results = await search(bases[mode], { query, top_k: 12, rerank })
+      const scores = results.map((r) => r.score)
+      expect(scores).toEqual([...scores].sort((a, b) => b - a))
+      if (mode === 'vector' && !rerank) expect(scores).toEqual(results.map((r) => r.similarity))
+    }
   })
 
   test('vector mode: ordered by score, best first; a passage\'s own text scores 1', async () => {

@@ -27,7 +27,10 @@ export interface SearchResult {
   document_id: string
   document_name: string
   content: string
+  /** The number the results are ordered by, descending, in [0, 1] (docs/knowledge.md, "Search"). */
   score: number
+  /** The cosine similarity to the query in [0, 1], whatever the mode. */
+  similarity: number
   metadata: Record<string, unknown>
 }
 
@@ -52,9 +55,9 @@ const similarity = (distance: number) => (Number.isFinite(distance) ? Math.min(1
 /**
  * Searches one base (docs/knowledge.md, "Search"): the query is embedded with the base's model, then
  * vector, full-text or hybrid (reciprocal rank fusion of both lists) per the base's retrieval mode, the
- * filters inside each query. `rerank: true` reranks a candidate pool with the base's rerank model; `score`
- * is then the rerank score, otherwise the cosine similarity to the query (in every mode: the order is the
- * mode's, the score is comparable across modes).
+ * filters inside each query. `rerank: true` reranks a candidate pool with the base's rerank model.
+ * `score` is always the number the order comes from (cosine similarity, the normalised fused rank, or
+ * the rerank score), so a client sorting by it keeps the order; `similarity` is the cosine beside it.
  */
 export async function searchKnowledgeBase(deps: Deps, caller: Caller, kbId: string, input: SearchInput, requestId: string, signal: AbortSignal): Promise<SearchResult[]> {
   const kb = await loadKnowledgeBase(deps, caller, kbId, 'read')
@@ -77,18 +80,19 @@ export async function searchBase(deps: Deps, kb: store.KnowledgeBaseRow, input: 
   // A query the model maps to the zero vector (only punctuation, say, for local-embed) has no
   // direction: every cosine distance is NaN and the index walk's order is noise. No vector hits then.
   const directionless = vector.every((x) => x === 0)
-  const hits = await store.searchTransaction(deps.db.sql, scope.limit, async (tx) => {
-    if (kb.retrieval_mode === 'fulltext') return store.fulltextSearch(tx, { ...scope, text: query })
-    if (kb.retrieval_mode === 'vector') return directionless ? [] : nearest(tx, scope)
+  const hits: Ranked[] = await store.searchTransaction(deps.db.sql, scope.limit, async (tx) => {
+    if (kb.retrieval_mode === 'fulltext') return fuse([await store.fulltextSearch(tx, { ...scope, text: query })])
+    if (kb.retrieval_mode === 'vector') return directionless ? [] : (await nearest(tx, scope)).map((hit) => ({ hit, score: similarity(hit.distance) }))
     // Hybrid: each list a little deeper than asked, fused by rank; full text first (it needs a sort).
     const deeper = { ...scope, limit: Math.min(MAX_TOP_K, Math.max(pool * 2, 20)) }
     const byText = await store.fulltextSearch(tx, { ...deeper, text: query })
     return fuse([directionless ? [] : await nearest(tx, deeper), byText]).slice(0, pool)
   })
-  if (!input.rerank || hits.length === 0) return hits.slice(0, topK).map((h) => toResult(h, similarity(h.distance)))
+  if (!input.rerank || hits.length === 0) return hits.slice(0, topK).map((h) => toResult(h.hit, h.score))
   const reranker = deps.models.model(kb.rerank_model, 'rerank')
-  const ranked = await deps.models.rerank(call, reranker, query, hits.map((h) => h.content), topK, signal)
-  return ranked.results.slice(0, topK).map((r) => toResult(hits[r.index]!, r.relevance_score))
+  const ranked = await deps.models.rerank(call, reranker, query, hits.map((h) => h.hit.content), topK, signal)
+  const results = ranked.results.map((r) => toResult(hits[r.index]!.hit, r.relevance_score))
+  return results.sort((a, b) => b.score - a.score).slice(0, topK)
 }
 
 /**
@@ -103,8 +107,17 @@ async function nearest(tx: Tx, scope: store.SearchScope): Promise<store.ChunkHit
   return store.exactVectorSearch(tx, scope)
 }
 
-/** Reciprocal rank fusion: Σ 1 / (k + rank) over the lists a chunk appears in; ties by first appearance. */
-export function fuse(lists: store.ChunkHit[][]): store.ChunkHit[] {
+export interface Ranked {
+  hit: store.ChunkHit
+  score: number
+}
+
+/**
+ * Reciprocal rank fusion: Σ 1 / (k + rank) over the lists a chunk appears in, divided by what a chunk
+ * first in every list would get, so the fused score lies in (0, 1] (1: first everywhere); ties by first
+ * appearance. One list (full-text mode) gives (k + 1) / (k + rank): its rank as a score.
+ */
+export function fuse(lists: store.ChunkHit[][]): Ranked[] {
   const scores = new Map<string, { hit: store.ChunkHit; score: number; first: number }>()
   let order = 0
   for (const list of lists) {
@@ -114,11 +127,13 @@ export function fuse(lists: store.ChunkHit[][]): store.ChunkHit[] {
       scores.set(hit.chunk_id, entry)
     })
   }
-  return [...scores.values()].sort((a, b) => b.score - a.score || a.first - b.first).map((e) => e.hit)
+  const best = lists.length / (RRF_K + 1)
+  return [...scores.values()].sort((a, b) => b.score - a.score || a.first - b.first).map((e) => ({ hit: e.hit, score: e.score / best }))
 }
 
 function toResult(h: store.ChunkHit, score: number): SearchResult {
-  return { chunk_id: h.chunk_id, document_id: h.document_id, document_name: h.document_name, content: h.content, score: Math.round(score * 1e6) / 1e6, metadata: h.metadata }
+  const round = (x: number) => Math.round(x * 1e6) / 1e6
+  return { chunk_id: h.chunk_id, document_id: h.document_id, document_name: h.document_name, content: h.content, score: round(score), similarity: round(similarity(h.distance)), metadata: h.metadata }
 }
 
 /**
