@@ -74,7 +74,8 @@ export function consoleRoutes(deps: Deps) {
   const page200 = doc('The console\'s page (docs/console.md): sign in with an API key', 'text/html')
   return new Elysia({ name: 'routes.console' })
     .get(base, html, page200)
-    .get(`${base}/`, html, page200)
+    // The same page with a trailing slash, left out of the OpenAPI document (one path, one operation).
+    .get(`${base}/`, html, { detail: { hide: true } })
     .get(`${base}/app.js`, async () => new Response(await consoleBundle(), { headers: headers('text/javascript; charset=utf-8') }), doc('The console\'s script, bundled from src/console by Bun', 'text/javascript'))
     .get(`${base}/app.css`, () => {
       styles ??= readFileSync(join(ROOT, 'style.css'), 'utf8')

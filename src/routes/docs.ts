@@ -1,18 +1,64 @@
+import { join } from 'node:path'
 import { openapi } from '@elysiajs/openapi'
+import { Elysia } from 'elysia'
 
 /**
- * The OpenAPI document at /docs/json and its reference UI at /docs, generated from the routes' own TypeBox
- * schemas. Routes with a JSON body declare `parse: 'json'`: that is how the generator learns their media
- * type (our own parser, which turns bad JSON into `invalid_json` errors (docs/api.md), is invisible to it).
+ * The OpenAPI document at /docs/json, generated from the routes' own TypeBox schemas, and its reference
+ * UI at /docs: Swagger UI served from node_modules by the service itself, so an install with no internet
+ * access has its API reference too (docs/api.md, "Reference"). Routes with a JSON body declare
+ * `parse: 'json'`: that is how the generator learns their media type (our own parser, which turns bad
+ * JSON into `invalid_json` errors, is invisible to it).
  */
+export const DOCS_CSP = [
+  "default-src 'none'",
+  "script-src 'self'",
+  // Swagger UI sets style attributes as it renders; no script is inline.
+  "style-src 'self' 'unsafe-inline'",
+  "img-src 'self' data:",
+  "connect-src 'self'",
+  "base-uri 'none'",
+  "form-action 'none'",
+  "frame-ancestors 'none'",
+].join('; ')
+
+const SWAGGER = join(import.meta.dir, '..', '..', 'node_modules', 'swagger-ui-dist')
+
+// No inline script: the page's settings are in its own small file.
+const PAGE = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Agent Platform API reference</title>
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="/docs/assets/swagger-ui.css">
+</head>
+<body>
+<div id="swagger-ui" data-url="/docs/json"></div>
+<script src="/docs/assets/swagger-ui-bundle.js"></script>
+<script src="/docs/assets/init.js"></script>
+</body>
+</html>
+`
+const INIT = `window.ui = SwaggerUIBundle({ url: document.getElementById('swagger-ui').dataset.url, dom_id: '#swagger-ui', deepLinking: true, tryItOutEnabled: false })\n`
+
+const hidden = { detail: { hide: true } }
+const asset = (body: string | Blob, type: string, cache: string) => new Response(body, { headers: { 'content-type': type, 'cache-control': cache } })
+// The two files change only with the installed package: a day in the browser's cache.
+const DAY = 'public, max-age=86400'
+
 export function docsRoutes(documentation: Record<string, unknown>) {
-  return openapi({
-    path: '/docs',
-    specPath: '/docs/json',
-    // staticFile: false, or the console's assets (paths with a dot) would be left out silently.
-    exclude: { paths: ['/docs', '/docs/json'], staticFile: false },
-    documentation: documentation as never,
-    // Absolute, so the page also works when opened as /docs/ (the default is relative).
-    scalar: { url: '/docs/json' } as never,
-  })
+  return new Elysia({ name: 'routes.docs' })
+    .use(openapi({
+      path: '/docs',
+      specPath: '/docs/json',
+      provider: null,
+      // staticFile: false, or the console's assets (paths with a dot) would be left out silently.
+      exclude: { paths: ['/docs', '/docs/json'], staticFile: false },
+      documentation: documentation as never,
+    }))
+    .get('/docs', () => asset(PAGE, 'text/html; charset=utf-8', 'no-cache'), hidden)
+    .get('/docs/assets/init.js', () => asset(INIT, 'text/javascript; charset=utf-8', 'no-cache'), hidden)
+    .get('/docs/assets/swagger-ui.css', () => asset(Bun.file(join(SWAGGER, 'swagger-ui.css')), 'text/css; charset=utf-8', DAY), hidden)
+    .get('/docs/assets/swagger-ui-bundle.js', () => asset(Bun.file(join(SWAGGER, 'swagger-ui-bundle.js')), 'text/javascript; charset=utf-8', DAY), hidden)
 }

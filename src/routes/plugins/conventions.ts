@@ -5,6 +5,7 @@ import { AppError, errorBody, invalid, type ErrorDetail } from '../../lib/errors
 import { newId } from '../../lib/ids'
 import { RedisUnavailableError } from '../../store/redis'
 import { CONSOLE_CSP } from '../console'
+import { DOCS_CSP } from '../docs'
 import { authenticateRequest } from './auth'
 import { completeIdempotency } from './idempotency'
 import { initState, pathOf, stateOf, type RequestState } from './request-state'
@@ -44,8 +45,8 @@ export function conventions(deps: Deps) {
     'cache-control': 'no-store',
   }
   if (config.tls) security['strict-transport-security'] = 'max-age=31536000; includeSubDomains'
-  // The reference page at /docs loads its script and styles; every other answer is data only.
-  const docsSecurity = { ...security }
+  // The reference page at /docs loads its own script and styles, from this service only.
+  const docsSecurity = { ...security, 'content-security-policy': DOCS_CSP }
   security['content-security-policy'] = "default-src 'none'; frame-ancestors 'none'"
   // The console's page and assets: its own scripts and styles, nothing inline, no other origin.
   const consolePrefix = `${config.basePath}/console`
