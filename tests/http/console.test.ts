@@ -70,7 +70,8 @@ describe('console routes', () => {
   test('the console\'s routes are documented under the console tag, without authentication', async () => {
     const doc = await h.call('GET', '/docs/json', { key: null })
     const paths = Object.keys(doc.body.paths).filter((p) => p.startsWith('/console'))
-    expect(paths.sort()).toEqual(['/console', '/console/', '/console/app.css', '/console/app.js', '/console/vendor/mermaid.min.js'])
+    // /console/ serves the same page but is one path too many for the document (no trailing-slash twin).
+    expect(paths.sort()).toEqual(['/console', '/console/app.css', '/console/app.js', '/console/vendor/mermaid.min.js'])
     for (const p of paths) {
       expect(doc.body.paths[p].get.tags).toEqual(['console'])
       expect(doc.body.paths[p].get.security).toEqual([])
