@@ -14,12 +14,24 @@ import { workflowRoutes } from './routes/workflows'
 import { runRoutes } from './routes/runs'
 import { knowledgeRoutes } from './routes/knowledge'
 import { agentRoutes } from './routes/agents'
+import { Agent, ChatAnswer, Conversation, Message } from './routes/agents.model'
+import { ApiKey } from './routes/api-keys'
+import { AuditEntry } from './routes/audit'
+import { ErrorBody } from './routes/common.model'
+import { Document, DocumentStatus, KnowledgeBase } from './routes/knowledge.model'
+import { ChatCompletionView, ModelView } from './routes/models.model'
+import { Run } from './routes/runs'
+import { Budget } from './routes/usage'
+import { Delivery, Webhook } from './routes/webhooks.model'
+import { Graph, Workflow } from './routes/workflows.model'
+import { Member, Workspace } from './routes/workspaces.model'
 import { workspaceRoutes } from './routes/workspaces'
 
 const documentation = {
   info: {
     title: 'Agent Platform API',
     version: '1.0.0',
+    license: { name: 'MIT', identifier: 'MIT' },
     description:
       'Conversational agents, workflows, knowledge bases, models, workspaces and signed webhooks behind one HTTPS API. ' +
       'Every response carries request_id (and X-Request-Id); errors are { request_id, error: { code, message, param?, details? } }. ' +
@@ -28,6 +40,8 @@ const documentation = {
       'The one exception is a file upload (multipart/form-data) to POST /v1/knowledge-bases/{id}/documents. ' +
       'An empty body is no body, so actions that take none (archive, ping, cancel...) need no Content-Type (docs/api.md).',
   },
+  // Paths in this document carry BASE_PATH themselves, so the server is the origin the document came from.
+  servers: [{ url: '/', description: 'This service (the origin that served this document)' }],
   components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'API key: ap_ followed by 40 base62 characters' } } },
   security: [{ bearer: [] }],
   tags: [
@@ -50,16 +64,24 @@ const documentation = {
 }
 
 /** Builds the whole HTTP app from its plugins. Never listens: main.ts does, tests call `handle`. */
+/** Schemas the OpenAPI document names in components.schemas and refers to with $ref (routes/openapi-refine.ts). */
+const NAMED_SCHEMAS = {
+  Error: ErrorBody, Workspace, Member, ApiKey, AuditEntry, Budget, Webhook, Delivery, Agent, Conversation, Message, ChatAnswer,
+  Workflow, Graph, Run, KnowledgeBase, Document, DocumentStatus, Model: ModelView, ChatCompletion: ChatCompletionView,
+}
+
 export function buildApp(deps: Deps) {
   const v1 = `${deps.config.basePath}/v1`
   // normalize: false so that `additionalProperties: false` rejects an unknown field with a 400
   // instead of Elysia silently dropping it.
+  let built: { handle(r: Request): Promise<Response> } | undefined
   const app = new Elysia({ normalize: false })
     .use(conventions(deps))
-    .use(docsRoutes(documentation))
+    .use(docsRoutes(documentation, NAMED_SCHEMAS, () => built!))
     .use(opsRoutes(deps))
     .use(consoleRoutes(deps))
     .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(machineRoutes(deps)).use(webhookRoutes(deps)).use(modelRoutes(deps)).use(usageRoutes(deps)).use(workflowRoutes(deps)).use(runRoutes(deps)).use(knowledgeRoutes(deps)).use(agentRoutes(deps)).use(auditRoutes(deps)))
+  built = app
   return app
 }
 

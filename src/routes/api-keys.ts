@@ -8,7 +8,7 @@ import { Envelope, envelope, errors, Id, ListOf, ListQuery, Name, Timestamp, Use
 import { authenticated } from './plugins/auth'
 import { RoleSchema } from './workspaces.model'
 
-const ApiKey = t.Object({
+export const ApiKey = t.Object({
   id: t.String(),
   name: t.String(),
   prefix: t.String({ description: 'The first characters of the key, to tell keys apart' }),

@@ -8,7 +8,7 @@ import { errors, ListOf, ListQuery, Timestamp } from './common.model'
 import { authenticated } from './plugins/auth'
 import { WorkspaceParams } from './workspaces.model'
 
-const AuditEntry = t.Object(
+export const AuditEntry = t.Object(
   {
     id: t.String(),
     workspace_id: t.String(),

@@ -1,6 +1,7 @@
 import { join } from 'node:path'
 import { openapi } from '@elysiajs/openapi'
-import { Elysia } from 'elysia'
+import { Elysia, type TSchema } from 'elysia'
+import { refineDocument } from './openapi-refine'
 
 /**
  * The OpenAPI document at /docs/json, generated from the routes' own TypeBox schemas, and its reference
@@ -47,16 +48,31 @@ const asset = (body: string | Blob, type: string, cache: string) => new Response
 // The two files change only with the installed package: a day in the browser's cache.
 const DAY = 'public, max-age=86400'
 
-export function docsRoutes(documentation: Record<string, unknown>) {
+/** Where the generator serves its own, unrefined document; /docs/json serves it refined. */
+const RAW = '/docs/openapi.generated.json'
+
+export function docsRoutes(documentation: Record<string, unknown>, named: Record<string, TSchema>, app: () => { handle(r: Request): Promise<Response> }) {
+  let refined: Promise<unknown> | undefined
+  const document = (request: Request) => {
+    refined ??= app().handle(new Request(new URL(RAW, request.url).href))
+      .then((res) => res.json())
+      .then((doc) => refineDocument(doc, named))
+      .catch((err) => {
+        refined = undefined
+        throw err
+      })
+    return refined
+  }
   return new Elysia({ name: 'routes.docs' })
     .use(openapi({
       path: '/docs',
-      specPath: '/docs/json',
+      specPath: RAW,
       provider: null,
       // staticFile: false, or the console's assets (paths with a dot) would be left out silently.
-      exclude: { paths: ['/docs', '/docs/json'], staticFile: false },
+      exclude: { paths: ['/docs', '/docs/json', RAW], staticFile: false },
       documentation: documentation as never,
     }))
+    .get('/docs/json', ({ request }) => document(request), hidden)
     .get('/docs', () => asset(PAGE, 'text/html; charset=utf-8', 'no-cache'), hidden)
     .get('/docs/assets/init.js', () => asset(INIT, 'text/javascript; charset=utf-8', 'no-cache'), hidden)
     .get('/docs/assets/swagger-ui.css', () => asset(Bun.file(join(SWAGGER, 'swagger-ui.css')), 'text/css; charset=utf-8', DAY), hidden)

@@ -14,7 +14,7 @@ const RunError = t.Object({ code: t.String(), message: t.String(), node: t.Union
 const Status = t.UnionEnum(['running', 'completed', 'failed', 'cancelled'])
 
 /** The run object (docs/api.md, "Runs"): answered flat by get and cancel, and as each item of the run lists. */
-const Run = t.Object({
+export const Run = t.Object({
   run_id: t.String(),
   workflow_id: t.String(),
   workflow_version: t.Integer(),

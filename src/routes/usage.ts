@@ -36,7 +36,7 @@ const BudgetBody = t.Object(
   },
   { additionalProperties: false, examples: [{ credits: 100, period: 'month', thresholds: [50, 80, 100], hard_limit: true }] },
 )
-const Budget = t.Object({ workspace_id: t.String(), credits: t.Number(), period: t.Literal('month'), thresholds: t.Array(t.Integer()), hard_limit: t.Boolean(), updated_at: Timestamp })
+export const Budget = t.Object({ workspace_id: t.String(), credits: t.Number(), period: t.Literal('month'), thresholds: t.Array(t.Integer()), hard_limit: t.Boolean(), updated_at: Timestamp })
 
 const DAY = 86_400_000
 

@@ -15,12 +15,28 @@ type Doc = {
   info: { title: string; version: string; description?: string }
   tags: { name: string }[]
   security?: Record<string, string[]>[]
-  components: { securitySchemes: Record<string, { type: string; scheme: string }> }
+  servers?: { url: string }[]
+  components: { securitySchemes: Record<string, { type: string; scheme: string }>; schemas: Record<string, Schema> }
   paths: Record<string, Record<string, Operation>>
 }
 
 let h: Harness
+/** The document with every $ref replaced by its schema (the checks below read shapes). */
 let doc: Doc
+/** The document as served. */
+let raw: Doc & Record<string, any>
+
+function deref<T>(document: T): T {
+  const schemas = (document as { components?: { schemas?: Record<string, unknown> } }).components?.schemas ?? {}
+  const walk = (node: unknown): unknown => {
+    if (Array.isArray(node)) return node.map(walk)
+    if (!node || typeof node !== 'object') return node
+    const ref = (node as { $ref?: string }).$ref
+    if (ref?.startsWith('#/components/schemas/')) return walk(schemas[ref.slice('#/components/schemas/'.length)])
+    return Object.fromEntries(Object.entries(node).map(([k, v]) => [k, walk(v)]))
+  }
+  return walk(document) as T
+}
 /** Every route the app serves, as OpenAPI "method path" pairs, without the documentation's own. */
 let served: { method: string; path: string; hasBody: boolean }[]
 
@@ -28,9 +44,11 @@ beforeAll(async () => {
   h = await startHarness()
   const res = await h.call('GET', '/docs/json', { key: null })
   expect(res.status).toBe(200)
-  doc = res.body
+  doc = deref(res.body)
+  raw = res.body
+  // /console/ is the console's page again, a trailing-slash twin the document leaves out.
   served = h.app.routes
-    .filter((r) => !r.path.startsWith('/docs'))
+    .filter((r) => !r.path.startsWith('/docs') && r.path !== '/console/')
     .map((r) => ({
       method: r.method.toLowerCase(),
       path: r.path.replace(/:([A-Za-z0-9_]+)/g, '{$1}'),
@@ -115,7 +133,7 @@ describe('each operation', () => {
 describe('/v1 operations', () => {
   const v1 = () => served.filter((r) => r.path.startsWith('/v1/'))
 
-  test('document the errors every authenticated call can give, in the CONTRACT 2 shape', () => {
+  test('document the errors every authenticated call can give, in the error shape of docs/api.md', () => {
     for (const r of v1()) {
       const responses = op(r.method, r.path)!.responses!
       for (const status of ['400', '401', '429']) {
@@ -177,6 +195,46 @@ test('documented response schemas match real answers', async () => {
   }
 })
 
+describe('as a client generator reads it', () => {
+  test('a valid OpenAPI 3 document (swagger-parser), with a server and a license', async () => {
+    const SwaggerParser = (await import('@apidevtools/swagger-parser')).default
+    await SwaggerParser.validate(structuredClone(raw) as never)
+    expect(raw.servers).toEqual([expect.objectContaining({ url: '/' })])
+    expect(raw.info.license).toMatchObject({ name: 'MIT' })
+  })
+
+  test('shared schemas are named once and referred to: the error body, the resources', () => {
+    const names = Object.keys(raw.components.schemas)
+    expect(names).toEqual(expect.arrayContaining(['Error', 'Workspace', 'Member', 'ApiKey', 'Webhook', 'Delivery', 'Agent', 'Workflow', 'Run', 'KnowledgeBase', 'Document', 'Model']))
+    for (const [path, item] of Object.entries(raw.paths)) {
+      for (const [method, o] of Object.entries(item as Record<string, Operation>)) {
+        if (!path.startsWith('/v1/')) continue
+        const schema = o.responses!['401']!.content!['application/json']!.schema as { $ref?: string }
+        expect({ route: `${method} ${path}`, ref: schema.$ref }).toEqual({ route: `${method} ${path}`, ref: '#/components/schemas/Error' })
+      }
+    }
+    expect(JSON.stringify(raw).length).toBeLessThan(400_000)
+  })
+
+  test('numbers are numbers: limit is an integer 1-100, no integer is also a string', () => {
+    for (const item of Object.values(raw.paths)) {
+      for (const o of Object.values(item as Record<string, Operation & { parameters?: { name: string; schema: Schema & { minimum?: number; maximum?: number } }[] }>)) {
+        const limit = o.parameters?.find((p) => p.name === 'limit')
+        if (limit) expect(limit.schema).toMatchObject({ type: 'integer', minimum: 1, maximum: 100 })
+      }
+    }
+    expect(JSON.stringify(raw)).not.toContain('"format":"integer"')
+    expect(raw.components.schemas.Workspace!.properties!.member_count).toEqual({ type: 'integer' })
+  })
+
+  test('operation ids are unique, and no path ends with a slash', () => {
+    const ids = Object.values(raw.paths).flatMap((item) => Object.values(item as Record<string, { operationId?: string }>).map((o) => o.operationId))
+    expect(ids.every(Boolean)).toBe(true)
+    expect(new Set(ids).size).toBe(ids.length)
+    for (const path of Object.keys(raw.paths)) expect(path === '/' || !path.endsWith('/')).toBe(true)
+  })
+})
+
 test('GET /docs is the HTML reference, pointing at the document', async () => {
   const res = await h.app.handle(new Request(`${h.base}/docs`))
   expect(res.status).toBe(200)
@@ -189,5 +247,5 @@ test('GET /docs is the HTML reference, pointing at the document', async () => {
 
 test('the document is stable across fetches', async () => {
   const again = await h.call('GET', '/docs/json', { key: null })
-  expect(again.body).toEqual(doc)
+  expect(again.body).toEqual(raw)
 })
