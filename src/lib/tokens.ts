@@ -1,4 +1,4 @@
-import { countTokens as count, encode } from 'gpt-tokenizer/encoding/o200k_base'
+import { o200k } from './bpe'
 
 /**
  * Token counts where a provider reports none (local models, streams without usage), with a real BPE
@@ -51,14 +51,14 @@ export const tokenized = { chars: 0 }
 export function countTokens(text: string): number {
   tokenized.chars += text.length
   let n = 0
-  for (const part of boundedParts(text)) n += count(part, ASIS)
+  for (const part of boundedParts(text)) n += o200k().countTokens(part, ASIS)
   return n
 }
 
 /** The token ids (for tools that cut text to a token budget). */
 export function tokenize(text: string): number[] {
   const out: number[] = []
-  for (const part of boundedParts(text)) for (const t of encode(part, ASIS)) out.push(t)
+  for (const part of boundedParts(text)) for (const t of o200k().encode(part, ASIS)) out.push(t)
   return out
 }
 

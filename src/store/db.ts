@@ -1,4 +1,4 @@
-import { mkdirSync } from 'node:fs'
+import { existsSync, mkdirSync, rmSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import postgres from 'postgres'
 import { lockDataDir } from './data-dir-lock'
@@ -19,6 +19,8 @@ export interface Database {
   close(): Promise<void>
   /** Embedded only: the data directory as a tarball (tests clone a migrated template from it). */
   dump?(): Promise<Blob>
+  /** Embedded only: how its data directory began (a fresh one from the migrated template, or initdb). */
+  startedFrom?: 'existing' | 'template' | 'initdb' | 'memory'
 }
 
 const common = {
@@ -48,6 +50,8 @@ export interface EmbeddedOptions {
   lockWaitMs?: number
   /** Told when the start waits for such a holder. */
   onLockWait?: (message: string) => void
+  /** For a data directory that does not exist yet: a migrated template to start it from (pglite-template.ts). */
+  template?: () => Blob | undefined
 }
 
 /**
@@ -70,20 +74,37 @@ export async function openEmbedded(opts: EmbeddedOptions): Promise<Database> {
     pgDir = join(dir, 'pglite')
   }
   try {
-    const db = await PGlite.create({ dataDir: pgDir, loadDataDir: opts.loadDataDir, extensions: { vector } })
-    const server = new PGLiteSocketServer({ db, port: 0, host: '127.0.0.1' })
+    let startedFrom: Database['startedFrom'] = pgDir ? (existsSync(pgDir) ? 'existing' : 'initdb') : 'memory'
+    let db: InstanceType<typeof PGlite> | undefined
+    const template = startedFrom === 'initdb' && !opts.loadDataDir ? opts.template?.() : undefined
+    if (template) {
+      try {
+        db = await PGlite.create({ dataDir: pgDir, loadDataDir: template, extensions: { vector } })
+        await db.query('select 1 from schema_migrations limit 1')
+        startedFrom = 'template'
+      } catch {
+        // An unreadable template: forget what it left and initialise as if there were none.
+        await db?.close().catch(() => {})
+        db = undefined
+        rmSync(pgDir!, { recursive: true, force: true })
+      }
+    }
+    db ??= await PGlite.create({ dataDir: pgDir, loadDataDir: opts.loadDataDir, extensions: { vector } })
+    const pg = db
+    const server = new PGLiteSocketServer({ db: pg, port: 0, host: '127.0.0.1' })
     await server.start()
     const [host, port] = server.getServerConn().split(':')
     const sql = postgres({ ...common, host, port: Number(port), username: 'postgres', database: 'postgres', max: 1 })
     return {
       sql,
       kind: 'pglite',
+      startedFrom,
       describe: pgDir ? `embedded PGlite at ${pgDir}` : 'embedded PGlite in memory',
-      dump: async () => (await db.dumpDataDir('gzip')) as Blob,
+      dump: async () => (await pg.dumpDataDir('gzip')) as Blob,
       async close() {
         await sql.end({ timeout: 5 })
         await server.stop()
-        await db.close()
+        await pg.close()
         release()
       },
     }

@@ -1,29 +1,17 @@
-import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import postgres from 'postgres'
-import { sha256Hex } from '../../src/lib/crypto'
 import { openEmbedded, openPostgres, type Database } from '../../src/store/db'
-import { loadMigrations, migrate } from '../../src/store/migrate'
-
-/** A hash of every migration: a changed or added migration makes a new template. */
-const schemaHash = sha256Hex(loadMigrations().map((m) => `${m.version}:${m.sql}`).join('\n')).slice(0, 12)
+import { migrate } from '../../src/store/migrate'
+import { makeTemplate, readTemplate, SCHEMA_HASH as schemaHash, templateFile } from '../../src/store/pglite-template'
 
 let pgliteTemplate: Promise<Blob> | null = null
 
-/** A migrated PGlite data directory, built once and cached on disk across runs. */
+/** A migrated PGlite data directory, built once and cached on disk across runs (the product's own template). */
 function pgliteTemplateDump(): Promise<Blob> {
   pgliteTemplate ??= (async () => {
-    const file = join(tmpdir(), `ap-pglite-template-${schemaHash}.tar.gz`)
-    if (existsSync(file)) return new Blob([readFileSync(file)])
-    const db = await openEmbedded({ dataDir: null })
-    await migrate(db.sql)
-    const dump = await db.dump!()
-    await db.close()
-    const tmp = `${file}.${process.pid}`
-    writeFileSync(tmp, Buffer.from(await dump.arrayBuffer()))
-    renameSync(tmp, file)
-    return dump
+    const file = templateFile(tmpdir())
+    return readTemplate(file) ?? makeTemplate(file)
   })()
   return pgliteTemplate
 }

@@ -1,4 +1,4 @@
-import { decode, encode, encodeGenerator } from 'gpt-tokenizer/encoding/o200k_base'
+import { o200k } from '../../../lib/bpe'
 import { boundedParts, countChatTokens, countTokens } from '../../../lib/tokens'
 import type { ChatChunk, ChatCompletion, ChatMessage, ChatRequest, FinishReason, ToolDefinition, Usage } from '../types'
 import { hashRange } from './embed'
@@ -239,8 +239,8 @@ const AS_TEXT = { disallowedSpecial: new Set<string>() }
 function tokenPieces(text: string): { text: string; tokens: number }[] {
   const out: { text: string; tokens: number }[] = []
   if (text.length === 0) return out
-  for (const tokens of boundedParts(text).flatMap((part) => encodeGenerator(part, AS_TEXT))) {
-    const piece = decode(tokens)
+  for (const tokens of boundedParts(text).flatMap((part) => o200k().encodeGenerator(part, AS_TEXT))) {
+    const piece = o200k().decode(tokens)
     if (tokens.length === 1 || piece.length > 64) {
       out.push({ text: piece, tokens: tokens.length })
       continue
@@ -250,7 +250,7 @@ function tokenPieces(text: string): { text: string; tokens: number }[] {
     for (let j = 1; j < piece.length && used < tokens.length - 1; j++) {
       const c = piece.charCodeAt(j)
       if (c >= 0xdc00 && c <= 0xdfff) continue
-      const head = encode(piece.slice(start, j), AS_TEXT)
+      const head = o200k().encode(piece.slice(start, j), AS_TEXT)
       if (used + head.length < tokens.length && head.every((t, k) => t === tokens[used + k])) {
         out.push({ text: piece.slice(start, j), tokens: head.length })
         used += head.length
