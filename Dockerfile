@@ -2,7 +2,8 @@
 FROM oven/bun:1 AS deps
 WORKDIR /app
 COPY package.json bun.lock ./
-RUN bun install --frozen-lockfile --production
+# --ignore-scripts: the postinstall step (the migrated database template) needs the sources; it runs below.
+RUN bun install --frozen-lockfile --production --ignore-scripts
 
 FROM oven/bun:1
 WORKDIR /app
@@ -13,6 +14,9 @@ ENV NODE_ENV=production \
 COPY --from=deps /app/node_modules ./node_modules
 COPY package.json bun.lock tsconfig.json ./
 COPY src ./src
+COPY scripts/pglite-template.ts ./scripts/
+# A fresh /data starts from this migrated template instead of PGlite's initdb (docs/deployment.md, "Start-up").
+RUN bun run scripts/pglite-template.ts
 # The official image ships the unprivileged user "bun"; the embedded database lives in /data.
 RUN mkdir -p /data && chown -R bun:bun /data
 USER bun
