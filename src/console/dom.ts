@@ -58,6 +58,8 @@ export function pre(value: unknown): HTMLElement {
   return h('pre', { class: 'json' }, typeof value === 'string' ? value : JSON.stringify(value, null, 2))
 }
 
+export { duration } from './format'
+
 export function when(iso: string | null | undefined): string {
   if (!iso) return '—'
   const d = new Date(iso)

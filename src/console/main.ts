@@ -99,7 +99,10 @@ async function start() {
 function chosenWorkspace(): string | null {
   const saved = sessionStorage.getItem(WS_KEY)
   if (saved && workspaces.some((w) => w.id === saved)) return saved
-  return workspaces[0]?.id ?? null
+  // Nothing chosen yet: the oldest active workspace (the list is newest first, and the newest is often
+  // one just made and still empty), not the newest (docs/console.md).
+  const active = workspaces.filter((w) => (w as { status?: string }).status !== 'archived')
+  return (active.at(-1) ?? workspaces.at(-1))?.id ?? null
 }
 
 function render() {
@@ -109,6 +112,9 @@ function render() {
   const path = location.hash.replace(/^#/, '') || '/workspaces'
   const [route, q = ''] = path.split('?') as [string, string?]
   const match = ROUTES.map(([re, nav, page]) => ({ m: re.exec(route), nav, page })).find((r) => r.m)
+  // Opening a workspace chooses it: the other pages then show what is in it.
+  const opened = /^\/workspaces\/([^/?]+)/.exec(route)?.[1]
+  if (opened && workspaces.some((w) => w.id === decodeURIComponent(opened))) sessionStorage.setItem(WS_KEY, decodeURIComponent(opened))
   const select = h('select', { id: 'workspace', name: 'workspace' },
     workspaces.map((w) => h('option', { value: w.id }, `${w.name} (${w.id})`)),
   )

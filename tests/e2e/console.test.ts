@@ -61,6 +61,33 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
     problems.length = 0
   }, 30_000)
 
+  test('the selector starts on the oldest workspace, not a newer empty one; opening a workspace chooses it', async () => {
+    const made = await fetch(`${world.service.url}/v1/workspaces`, {
+      method: 'POST', headers: { authorization: `Bearer ${CONSOLE_KEY}`, 'content-type': 'application/json' }, body: JSON.stringify({ name: 'Newest and empty' }),
+    })
+    expect(made.status).toBe(201)
+    const newest = ((await made.json()) as { data: { id: string } }).data.id
+    await page.evaluate(() => sessionStorage.removeItem('agent-platform.console.workspace'))
+    await open('#/workspaces')
+    await page.reload()
+    await page.getByRole('heading', { name: 'Workspaces' }).waitFor()
+    expect(await page.getByLabel('Workspace').inputValue()).toBe(world.workspaceId)
+    await open(`#/workspaces/${newest}`)
+    await waitFor(async () => (await page.getByLabel('Workspace').inputValue()) === newest, { what: 'the opened workspace chosen' })
+    await open(`#/workspaces/${world.workspaceId}`)
+    await waitFor(async () => (await page.getByLabel('Workspace').inputValue()) === world.workspaceId, { what: 'the first workspace chosen again' })
+    // No header breaks inside a word ("Statu s"): headers keep to one line.
+    const members = page.locator('table', { has: page.locator('caption', { hasText: 'Members' }) })
+    await members.waitFor()
+    const styles = await page.locator('th, td').evaluateAll((cells) =>
+      cells.map((c) => {
+        const style = (globalThis as unknown as { getComputedStyle(e: unknown): { whiteSpace: string; wordBreak: string } }).getComputedStyle(c)
+        return { th: (c as { tagName: string }).tagName === 'TH', whiteSpace: style.whiteSpace, wordBreak: style.wordBreak }
+      }))
+    expect(styles.filter((c) => c.th).every((c) => c.whiteSpace === 'nowrap')).toBe(true)
+    expect(styles.filter((c) => c.wordBreak === 'break-all' || c.wordBreak === 'break-word')).toEqual([])
+  }, 30_000)
+
   test('a workspace shows its members with their roles, usage and budget', async () => {
     await open(`#/workspaces/${world.workspaceId}`)
     const members = page.locator('table', { has: page.locator('caption', { hasText: 'Members' }) })

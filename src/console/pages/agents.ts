@@ -1,6 +1,6 @@
 import { api, listAll, stream } from '../api'
 import type { PageContext } from '../context'
-import { facts, field, h, link, pre, put, table, when } from '../dom'
+import { duration, facts, field, h, link, pre, put, table, when } from '../dom'
 import { noWorkspace } from './shared'
 
 interface Agent {
@@ -68,7 +68,7 @@ export async function agentPage(ctx: PageContext) {
         const d = (data ?? {}) as Record<string, unknown>
         if (event === 'message') answer.append(String(d.delta ?? ''))
         else if (event === 'tool_call') tools.append(h('details', { class: 'tool-call' }, h('summary', null, `Tool call: ${String(d.tool)}`), pre(d.input ?? {})))
-        else if (event === 'tool_result') tools.append(h('details', { class: 'tool-result' }, h('summary', null, `Tool result (${String(d.duration_ms ?? '?')} ms)`), pre(d.output ?? {})))
+        else if (event === 'tool_result') tools.append(h('details', { class: 'tool-result' }, h('summary', null, `Tool result (${duration(d.duration_ms as number | undefined)})`), pre(d.output ?? {})))
         else if (event === 'usage') put(meta, `${String(d.tokens_in ?? 0)} tokens in, ${String(d.tokens_out ?? 0)} out, ${String(d.credits ?? 0)} credits`)
         else if (event === 'error') {
           const err = (d.error ?? d) as { code?: string; message?: string }

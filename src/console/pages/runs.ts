@@ -2,7 +2,7 @@ import { api, listAll, query, stream } from '../api'
 import { every, type PageContext } from '../context'
 import { actorDiagram } from '../diagram'
 import { runPath } from '../paths'
-import { action, badge, facts, field, h, link, pre, put, table, when } from '../dom'
+import { action, badge, duration, facts, field, h, link, pre, put, table, when } from '../dom'
 import { noWorkspace } from './shared'
 
 interface Workflow {
@@ -98,7 +98,7 @@ export async function workflowPage(ctx: PageContext) {
     const filter = { status: ctx.query.get('status') ?? undefined, created_at_after: ctx.query.get('created_at_after') ?? undefined, created_at_before: ctx.query.get('created_at_before') ?? undefined }
     const list = await listAll<Run>(`${path}/runs`, filter, ctx.signal, 200)
     put(runs, table('Runs, newest first', ['Run', 'Status', 'Version', 'Duration', 'Credits', 'User', 'Started'],
-      list.map((r) => [link(`#/runs/${encodeURIComponent(r.run_id)}`, r.run_id), badge(r.status), r.workflow_version, r.duration_ms === null ? '—' : `${r.duration_ms} ms`, r.usage.credits, r.user_id ?? '—', when(r.created_at)])))
+      list.map((r) => [link(`#/runs/${encodeURIComponent(r.run_id)}`, r.run_id), badge(r.status), r.workflow_version, duration(r.duration_ms), r.usage.credits, r.user_id ?? '—', when(r.created_at)])))
     return list.some((r) => r.status === 'running')
   }
   put(ctx.main,
@@ -130,7 +130,7 @@ export async function runPage(ctx: PageContext) {
         ['Workflow', link(`#/workflows/${encodeURIComponent(run.workflow_id)}`, `${run.workflow_id} (version ${run.workflow_version})`)],
         ['Started', when(run.created_at)],
         ['Finished', when(run.finished_at)],
-        ['Duration', run.duration_ms === null ? '—' : `${run.duration_ms} ms`],
+        ['Duration', duration(run.duration_ms)],
         ['Usage', `${run.usage.tokens_in} tokens in, ${run.usage.tokens_out} out, ${run.usage.credits} credits`],
         ['Error', run.error ? `${run.error.code}: ${run.error.message}${run.error.node ? ` (node ${run.error.node})` : ''}` : '—'],
       ]),
@@ -153,12 +153,12 @@ export async function runPage(ctx: PageContext) {
     const node = String(d.node ?? d.node_id ?? '')
     let detail: HTMLElement | string = ''
     if (e.event === 'node_start') started.set(node, Date.now())
-    if (e.event === 'node_end') detail = h('details', null, h('summary', null, `output, ${d.duration_ms ?? '?'} ms`), pre(d.output ?? {}))
+    if (e.event === 'node_end') detail = h('details', null, h('summary', null, `output, ${duration(d.duration_ms as number | undefined)}`), pre(d.output ?? {}))
     else if (e.event === 'message') detail = String(d.delta ?? d.content ?? '')
     else if (e.event !== 'node_start') detail = pre(d)
     timeline.append(h('li', { class: `ev ev-${e.event.replace(/[^a-z_]/g, '')}`, 'data-event': e.event },
       h('span', { class: 'ev-name' }, e.event), ' ', node ? h('strong', null, node) : null, ' ',
-      e.event === 'node_end' ? h('span', { class: 'duration' }, `${d.duration_ms ?? '?'} ms`) : null, ' ', detail,
+      e.event === 'node_end' ? h('span', { class: 'duration' }, duration(d.duration_ms as number | undefined)) : null, ' ', detail,
     ))
   }
 

@@ -2,7 +2,7 @@ import { api, listAll, query } from '../api'
 import { every, type PageContext } from '../context'
 import { actorDiagram } from '../diagram'
 import { deliveryPath } from '../paths'
-import { action, badge, facts, field, h, link, pre, put, table, when } from '../dom'
+import { action, badge, duration, facts, field, h, link, pre, put, table, when } from '../dom'
 import { noWorkspace } from './shared'
 
 interface Webhook {
@@ -146,7 +146,7 @@ export async function deliveryPage(ctx: PageContext) {
       ),
       h('h2', null, 'Attempts'),
       table('Attempts, oldest first', ['#', 'At', 'Status code', 'Latency', 'Error', 'Response excerpt'],
-        d.attempts.map((a) => [a.attempt, when(a.at), a.status_code ?? '—', a.duration_ms === null ? '—' : `${a.duration_ms} ms`, a.error ?? '', a.response_excerpt ? h('pre', { class: 'excerpt' }, a.response_excerpt) : '']), 'no attempt yet.'),
+        d.attempts.map((a) => [a.attempt, when(a.at), a.status_code ?? '—', duration(a.duration_ms), a.error ?? '', a.response_excerpt ? h('pre', { class: 'excerpt' }, a.response_excerpt) : '']), 'no attempt yet.'),
       h('h2', null, 'Payload'),
       pre(d.data),
     )
