@@ -1,3 +1,4 @@
+import { o200k } from '../../lib/bpe'
 import { chunkDocument, TooManyChunks } from './chunk'
 import { ParseError, parseDocument } from './parse'
 import { CHUNKS_PER_MESSAGE, type SandboxJob, type SandboxMessage } from './sandbox'
@@ -25,6 +26,8 @@ process.on('message', async (job: SandboxJob) => {
   }
 })
 
+// The tokenizer's tables load before this process says it is ready, not inside a document's time limit.
+o200k()
 send({ ready: true })
 
 // The service going away (its IPC channel closed) takes this process with it.
