@@ -95,7 +95,9 @@ describe('a good MODELS_FILE', () => {
 
     const list = await apiCall(sp, rootKey, 'GET', '/v1/models')
     expect(list.status).toBe(200)
-    const byId = Object.fromEntries(list.body.data.map((m: { id: string }) => [m.id, m]))
+    // OpenAI's created and owned_by (the vendor) beside our fields on every model.
+    for (const m of list.body.data) expect([m.owned_by, Number.isInteger(m.created)]).toEqual([m.vendor, true])
+    const byId = Object.fromEntries(list.body.data.map(({ created: _c, owned_by: _o, ...m }: { id: string; created: number; owned_by: string }) => [m.id, m]))
     expect(Object.keys(byId).sort()).toEqual(['acme-chat', 'acme-embed', 'acme-rerank', 'local-chat', 'local-embed', 'local-rerank'])
     expect(byId['acme-chat']).toEqual({ id: 'acme-chat', object: 'model', type: 'llm', vendor: 'acme', context_length: 128_000, supports_function_call: true })
     expect(byId['acme-embed']).toEqual({ id: 'acme-embed', object: 'model', type: 'embedding', vendor: 'acme', dimensions: 8 })
