@@ -176,6 +176,19 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
     expect((await world.call('GET', `/v1/runs/${runId}`)).body.status).toBe('cancelled')
   }, 45_000)
 
+  test('recent runs of every workflow on one page, filtered by status', async () => {
+    await open('#/runs')
+    const recent = page.locator('table', { has: page.locator('caption', { hasText: 'Recent runs across workflows' }) })
+    await recent.waitFor()
+    expect(await recent.textContent()).toContain(world.completedRunId)
+    await page.getByLabel('Status').selectOption('failed')
+    await page.getByRole('button', { name: 'Filter' }).click()
+    await page.getByText('Recent runs across workflows, newest first: Nothing yet.').waitFor()
+    await page.getByLabel('Status').selectOption('completed')
+    await page.getByRole('button', { name: 'Filter' }).click()
+    await waitFor(async () => (await recent.textContent() ?? '').includes(world.completedRunId), { what: 'the completed run listed' })
+  }, 30_000)
+
   test('runs are filtered by status and time', async () => {
     await open(`#/workflows/${world.quickWorkflowId}`)
     const runs = page.locator('table', { has: page.locator('caption', { hasText: 'Runs' }) })

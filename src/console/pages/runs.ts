@@ -37,10 +37,28 @@ const STATUSES = ['running', 'completed', 'failed', 'cancelled'] as const
 
 export async function workflowsPage(ctx: PageContext) {
   if (!ctx.workspaceId) return noWorkspace(ctx)
-  const list = await listAll<Workflow>('/workflows', { workspace_id: ctx.workspaceId }, ctx.signal)
+  const wanted = ctx.query.get('status') ?? ''
+  const [list, recent] = await Promise.all([
+    listAll<Workflow>('/workflows', { workspace_id: ctx.workspaceId }, ctx.signal),
+    // The latest runs of every workflow at once (GET /v1/runs), failed ones with the filter.
+    listAll<Run>('/runs', { workspace_id: ctx.workspaceId, status: wanted || undefined }, ctx.signal, 50),
+  ])
+  const names = new Map(list.map((w) => [w.id, w.name]))
+  const status = h('select', null, h('option', { value: '' }, 'all'), STATUSES.map((s) => h('option', { value: s }, s)))
+  status.value = wanted
+  const filters = h('form', { class: 'filters', 'aria-label': 'Filter recent runs' }, field('Status', status, 'recent-status'), h('button', { type: 'submit' }, 'Filter'))
+  filters.addEventListener('submit', (e) => {
+    e.preventDefault()
+    location.hash = `#/runs${query({ status: status.value })}`
+  })
   put(ctx.main,
     h('h1', null, 'Runs'),
-    h('p', null, 'Choose a workflow to see its runs.'),
+    h('h2', null, 'Recent runs, every workflow'),
+    filters,
+    table('Recent runs across workflows, newest first', ['Run', 'Workflow', 'Status', 'Duration', 'Error', 'Started'],
+      recent.map((r) => [link(`#/runs/${encodeURIComponent(r.run_id)}`, r.run_id), link(`#/workflows/${encodeURIComponent(r.workflow_id)}`, names.get(r.workflow_id) ?? r.workflow_id), badge(r.status), duration(r.duration_ms), r.error ? `${r.error.code}: ${r.error.message}` : '', when(r.created_at)])),
+    h('h2', null, 'Workflows'),
+    h('p', null, 'Choose a workflow to see all its runs or start one.'),
     table('Workflows of the workspace', ['Workflow', 'Version', 'Updated'], list.map((w) => [link(`#/workflows/${encodeURIComponent(w.id)}`, w.name), w.version, when(w.updated_at)])),
   )
 }
