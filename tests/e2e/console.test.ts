@@ -102,6 +102,11 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
   })
 
   test('a failed delivery shows its attempts; Resend, once the receiver answers 200, succeeds', async () => {
+    // In the list, an enabled endpoint whose deliveries all failed reads as failing, not as healthy.
+    await open('#/webhooks')
+    const listed = page.locator('tbody tr', { has: page.locator(`a[href="#/webhooks/${world.webhookId}"]`) })
+    await listed.waitFor()
+    expect(await listed.locator('[data-health]').getAttribute('data-health')).toBe('failing')
     await open(`#/webhooks/${world.webhookId}`)
     await page.getByLabel('Delivery status').selectOption('failed')
     const row = page.locator('tbody tr', { hasText: 'webhook.test' }).first()

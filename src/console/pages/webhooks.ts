@@ -42,11 +42,25 @@ const STATUSES = ['pending', 'retrying', 'succeeded', 'failed'] as const
 export async function webhooksPage(ctx: PageContext) {
   if (!ctx.workspaceId) return noWorkspace(ctx)
   const list = await listAll<Webhook>('/webhooks', { workspace_id: ctx.workspaceId }, ctx.signal)
+  // An enabled endpoint whose deliveries fail is not healthy: each row says how its last ones went.
+  const recent = await Promise.all(list.map((w) => listAll<Delivery>(`/webhooks/${encodeURIComponent(w.id)}/deliveries`, {}, ctx.signal, RECENT)))
   put(ctx.main,
     h('h1', null, 'Webhooks'),
-    table('Webhook endpoints of the workspace', ['URL', 'Events', 'State', 'Created'],
-      list.map((w) => [link(`#/webhooks/${encodeURIComponent(w.id)}`, w.url), w.events.join(', '), w.enabled ? badge('enabled') : [badge('disabled'), w.disabled_reason ? ` ${w.disabled_reason}` : ''], when(w.created_at)])),
+    table('Webhook endpoints of the workspace', ['URL', 'Events', 'State', 'Recent deliveries', 'Created'],
+      list.map((w, i) => [link(`#/webhooks/${encodeURIComponent(w.id)}`, w.url), w.events.join(', '), w.enabled ? badge('enabled') : [badge('disabled'), w.disabled_reason ? ` ${w.disabled_reason}` : ''], health(recent[i]!), when(w.created_at)])),
   )
+}
+
+const RECENT = 10
+
+/** The last deliveries of an endpoint in a word: failing when every finished one of them failed. */
+function health(deliveries: Delivery[]): HTMLElement | string {
+  const finished = deliveries.filter((d) => d.status === 'succeeded' || d.status === 'failed')
+  const failed = finished.filter((d) => d.status === 'failed').length
+  const retrying = deliveries.filter((d) => d.status === 'retrying').length
+  if (finished.length === 0 && retrying === 0) return 'none yet'
+  const label = failed > 0 && failed === finished.length ? 'failing' : retrying > 0 || failed > 0 ? 'degraded' : 'healthy'
+  return h('span', { class: `health ${label}`, 'data-health': label }, `${label}: ${finished.length - failed} of the last ${finished.length} delivered${retrying ? `, ${retrying} retrying` : ''}`)
 }
 
 export async function webhookPage(ctx: PageContext) {
