@@ -4,14 +4,14 @@
  * template the first start initialises the database itself, only slower.
  */
 import { existsSync } from 'node:fs'
-import { makeTemplate, templateFile } from '../src/store/pglite-template'
+import { makeTemplate, templateDir } from '../src/store/pglite-template'
 
-const file = templateFile()
+const dir = templateDir()
 try {
-  if (!existsSync(file)) {
+  if (!existsSync(dir)) {
     const started = performance.now()
-    await makeTemplate(file)
-    console.log(`pglite template: ${file} (${Math.round(performance.now() - started)} ms)`)
+    await makeTemplate(dir)
+    console.log(`pglite template: ${dir} (${Math.round(performance.now() - started)} ms)`)
   }
 } catch (err) {
   console.warn(`pglite template not made (the first start will initialise the database itself): ${(err as Error).message}`)

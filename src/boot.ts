@@ -10,7 +10,7 @@ import { loadSecretKey, SecretBox } from './lib/secret-box'
 import { openEmbedded, openPostgres, type Database } from './store/db'
 import { LocalFileStore } from './store/files'
 import { migrate } from './store/migrate'
-import { readTemplate } from './store/pglite-template'
+import { templateDir } from './store/pglite-template'
 import { openRedis, type RedisPort } from './store/redis'
 import { IDEMPOTENCY_PREFIX } from './routes/plugins/idempotency'
 import { Timers } from './workers/timers'
@@ -77,7 +77,7 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
   // Before the store opens: a bad MODELS_FILE stops start-up at once, naming the bad field.
   const catalog = loadCatalog(config.modelsFile)
   const lockWait = (message: string) => (log.warn(message), flushLogs())
-  const db = opts.db ?? (config.databaseUrl ? openPostgres(config.databaseUrl, config.databasePoolMax) : await openEmbedded({ dataDir: config.dataDir, lockWaitMs: config.dataDirLockWaitMs, onLockWait: lockWait, template: () => readTemplate() }))
+  const db = opts.db ?? (config.databaseUrl ? openPostgres(config.databaseUrl, config.databasePoolMax) : await openEmbedded({ dataDir: config.dataDir, lockWaitMs: config.dataDirLockWaitMs, onLockWait: lockWait, template: templateDir() }))
   if (db.startedFrom === 'template') log.info('a fresh data directory: started from the migrated template (node_modules/.cache/agent-platform)')
   if (db.startedFrom === 'initdb') log.info('a fresh data directory: initialising the database (a few seconds; `bun install` makes a template that skips this)')
   try {

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, rmSync } from 'node:fs'
+import { cpSync, existsSync, mkdirSync, renameSync, rmSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import postgres from 'postgres'
 import { lockDataDir } from './data-dir-lock'
@@ -50,8 +50,8 @@ export interface EmbeddedOptions {
   lockWaitMs?: number
   /** Told when the start waits for such a holder. */
   onLockWait?: (message: string) => void
-  /** For a data directory that does not exist yet: a migrated template to start it from (pglite-template.ts). */
-  template?: () => Blob | undefined
+  /** For a data directory that does not exist yet: a migrated data directory to start as a copy of (pglite-template.ts). */
+  template?: string
 }
 
 /**
@@ -76,16 +76,22 @@ export async function openEmbedded(opts: EmbeddedOptions): Promise<Database> {
   try {
     let startedFrom: Database['startedFrom'] = pgDir ? (existsSync(pgDir) ? 'existing' : 'initdb') : 'memory'
     let db: InstanceType<typeof PGlite> | undefined
-    const template = startedFrom === 'initdb' && !opts.loadDataDir ? opts.template?.() : undefined
-    if (template) {
+    const template = startedFrom === 'initdb' && !opts.loadDataDir ? opts.template : undefined
+    if (template && existsSync(template)) {
+      const copy = `${pgDir}.copy`
       try {
-        db = await PGlite.create({ dataDir: pgDir, loadDataDir: template, extensions: { vector } })
+        // Copied beside, then renamed: a start cut off mid-copy leaves no half directory that looks existing.
+        rmSync(copy, { recursive: true, force: true })
+        cpSync(template, copy, { recursive: true })
+        renameSync(copy, pgDir!)
+        db = await PGlite.create({ dataDir: pgDir, extensions: { vector } })
         await db.query('select 1 from schema_migrations limit 1')
         startedFrom = 'template'
       } catch {
         // An unreadable template: forget what it left and initialise as if there were none.
         await db?.close().catch(() => {})
         db = undefined
+        rmSync(copy, { recursive: true, force: true })
         rmSync(pgDir!, { recursive: true, force: true })
       }
     }

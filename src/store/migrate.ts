@@ -22,8 +22,7 @@ export function loadMigrations(): Migration[] {
  * Applies what is missing, all in one transaction under an advisory lock, so several processes
  * starting at once apply each migration exactly once. Returns the versions applied now.
  */
-export async function migrate(sql: postgres.Sql): Promise<number[]> {
-  const migrations = loadMigrations()
+export async function migrate(sql: postgres.Sql, migrations = loadMigrations()): Promise<number[]> {
   return sql.begin(async (tx) => {
     await tx`select pg_advisory_xact_lock(7465001)`
     await tx`create table if not exists schema_migrations (

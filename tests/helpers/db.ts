@@ -3,16 +3,13 @@ import { join } from 'node:path'
 import postgres from 'postgres'
 import { openEmbedded, openPostgres, type Database } from '../../src/store/db'
 import { migrate } from '../../src/store/migrate'
-import { makeTemplate, readTemplate, SCHEMA_HASH as schemaHash, templateFile } from '../../src/store/pglite-template'
+import { SCHEMA_HASH as schemaHash, templateDump } from '../../src/store/pglite-template'
 
 let pgliteTemplate: Promise<Blob> | null = null
 
 /** A migrated PGlite data directory, built once and cached on disk across runs (the product's own template). */
 function pgliteTemplateDump(): Promise<Blob> {
-  pgliteTemplate ??= (async () => {
-    const file = templateFile(tmpdir())
-    return readTemplate(file) ?? makeTemplate(file)
-  })()
+  pgliteTemplate ??= templateDump(join(tmpdir(), `ap-pglite-template-${schemaHash}.tar.gz`))
   return pgliteTemplate
 }
 
