@@ -14,7 +14,17 @@ import { workflowRoutes } from './routes/workflows'
 import { runRoutes } from './routes/runs'
 import { knowledgeRoutes } from './routes/knowledge'
 import { agentRoutes } from './routes/agents'
-import { NAMED_SCHEMAS, OPERATION_IDS } from './routes/openapi-names'
+import { Agent, ChatAnswer, Conversation, Message } from './routes/agents.model'
+import { ApiKey } from './routes/api-keys'
+import { AuditEntry } from './routes/audit'
+import { ErrorBody } from './routes/common.model'
+import { Document, DocumentStatus, KnowledgeBase } from './routes/knowledge.model'
+import { ChatCompletionView, ModelView } from './routes/models.model'
+import { Run } from './routes/runs'
+import { Budget } from './routes/usage'
+import { Delivery, Webhook } from './routes/webhooks.model'
+import { Graph, Workflow } from './routes/workflows.model'
+import { Member, Workspace } from './routes/workspaces.model'
 import { workspaceRoutes } from './routes/workspaces'
 
 const documentation = {
@@ -54,6 +64,12 @@ const documentation = {
 }
 
 /** Builds the whole HTTP app from its plugins. Never listens: main.ts does, tests call `handle`. */
+/** Schemas the OpenAPI document names in components.schemas and refers to with $ref (routes/openapi-refine.ts). */
+const NAMED_SCHEMAS = {
+  Error: ErrorBody, Workspace, Member, ApiKey, AuditEntry, Budget, Webhook, Delivery, Agent, Conversation, Message, ChatAnswer,
+  Workflow, Graph, Run, KnowledgeBase, Document, DocumentStatus, Model: ModelView, ChatCompletion: ChatCompletionView,
+}
+
 export function buildApp(deps: Deps) {
   const v1 = `${deps.config.basePath}/v1`
   // normalize: false so that `additionalProperties: false` rejects an unknown field with a 400
@@ -61,7 +77,7 @@ export function buildApp(deps: Deps) {
   let built: { handle(r: Request): Promise<Response> } | undefined
   const app = new Elysia({ normalize: false })
     .use(conventions(deps))
-    .use(docsRoutes(documentation, { named: NAMED_SCHEMAS, operationIds: OPERATION_IDS, basePath: deps.config.basePath }, () => built!))
+    .use(docsRoutes(documentation, NAMED_SCHEMAS, () => built!))
     .use(opsRoutes(deps))
     .use(consoleRoutes(deps))
     .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(machineRoutes(deps)).use(webhookRoutes(deps)).use(modelRoutes(deps)).use(usageRoutes(deps)).use(workflowRoutes(deps)).use(runRoutes(deps)).use(knowledgeRoutes(deps)).use(agentRoutes(deps)).use(auditRoutes(deps)))

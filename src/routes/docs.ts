@@ -1,7 +1,7 @@
 import { join } from 'node:path'
 import { openapi } from '@elysiajs/openapi'
-import { Elysia } from 'elysia'
-import { refineDocument, type RefineOptions } from './openapi-refine'
+import { Elysia, type TSchema } from 'elysia'
+import { refineDocument } from './openapi-refine'
 
 /**
  * The OpenAPI document at /docs/json, generated from the routes' own TypeBox schemas, and its reference
@@ -51,12 +51,12 @@ const DAY = 'public, max-age=86400'
 /** Where the generator serves its own, unrefined document; /docs/json serves it refined. */
 const RAW = '/docs/openapi.generated.json'
 
-export function docsRoutes(documentation: Record<string, unknown>, refine: RefineOptions, app: () => { handle(r: Request): Promise<Response> }) {
+export function docsRoutes(documentation: Record<string, unknown>, named: Record<string, TSchema>, app: () => { handle(r: Request): Promise<Response> }) {
   let refined: Promise<unknown> | undefined
   const document = (request: Request) => {
     refined ??= app().handle(new Request(new URL(RAW, request.url).href))
       .then((res) => res.json())
-      .then((doc) => refineDocument(doc, refine))
+      .then((doc) => refineDocument(doc, named))
       .catch((err) => {
         refined = undefined
         throw err

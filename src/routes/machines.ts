@@ -38,7 +38,7 @@ const MachineTransition = t.Object(
   },
 )
 
-export const Machine = t.Object(
+const Machine = t.Object(
   {
     name: t.String({ description: 'The machine\'s name: kebab-case, also its id' }),
     version: t.Integer({ description: 'Stored beside every persisted snapshot; bumped when a change would misread old snapshots' }),

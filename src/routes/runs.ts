@@ -35,7 +35,7 @@ export const Run = t.Object({
 const RunAnswer = t.Composite([t.Object({ request_id: RequestId }), Run])
 
 /** The synchronous run response, with `error` for a failed run (docs/workflows.md, "Runs"). */
-export const SyncRun = t.Object({
+const SyncRun = t.Object({
   request_id: t.String(),
   run_id: t.String(),
   workflow_id: t.String(),
@@ -46,7 +46,7 @@ export const SyncRun = t.Object({
   error: t.Optional(RunError),
 })
 
-export const RunEvent = t.Object({ seq: t.Integer(), event: t.String(), data: t.Record(t.String(), t.Unknown()), created_at: Timestamp })
+const RunEvent = t.Object({ seq: t.Integer(), event: t.String(), data: t.Record(t.String(), t.Unknown()), created_at: Timestamp })
 
 const TriggerBody = t.Object(
   { inputs: t.Optional(t.Record(t.String(), t.Unknown())), user_id: t.Optional(UserId) },

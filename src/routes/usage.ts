@@ -7,7 +7,7 @@ import { Envelope, envelope, errors, Id, Timestamp } from './common.model'
 import { authenticated } from './plugins/auth'
 
 const Totals = { calls: t.Integer(), tokens_in: t.Integer(), tokens_out: t.Integer(), credits: t.Number() }
-export const Usage = t.Object({
+const Usage = t.Object({
   workspace_id: t.String(),
   from: Timestamp,
   to: Timestamp,
