@@ -7,7 +7,7 @@
  * statements, counted with postgres.js's `debug` hook on the service's store):
  *
  *   trigger   findWorkflow, findWorkspaceAccess, insertRun
- *   claim     claimRuns (one statement), for a batch
+ *   claim     the lease claim of runs (one statement), for a batch
  *   drive     six transitions, one `writeTransition` statement each: node.started of the start node,
  *             then node.completed of each node with node.started of the next; the last also writes
  *             the outbox event
@@ -26,7 +26,8 @@ import { RUN_MACHINE_VERSION, runMachine, type RunContext, type RunEvent } from 
 import { newId } from '../src/lib/ids'
 import { openEmbedded, openPostgres, type Pool } from '../src/store/db'
 import { claimUndispatchedEvents, markEventsDispatched } from '../src/store/events'
-import { claimRuns, findRun, insertRun, writeTransition, type RunRow, type RunStatus, type RunUsage } from '../src/store/runs'
+import { claim } from '../src/store/leases'
+import { runLeases, findRun, insertRun, writeTransition, type RunRow, type RunStatus, type RunUsage } from '../src/store/runs'
 import { enabledWebhooksOf } from '../src/store/webhooks'
 import { findWorkflow } from '../src/store/workflows'
 import { findWorkspaceAccess } from '../src/store/workspaces'
@@ -116,7 +117,7 @@ const claimed = new Map<string, RunRow>()
 let claiming: Promise<void> | null = null
 async function awaitClaim(id: string): Promise<RunRow> {
   while (!claimed.has(id)) {
-    claiming ??= claimRuns(sql, owner, LEASE_MS, 64)
+    claiming ??= claim<RunRow>(sql, runLeases, owner, LEASE_MS, 64)
       .then((rows) => rows.forEach((r) => claimed.set(r.id, r)))
       .finally(() => (claiming = null))
     await claiming

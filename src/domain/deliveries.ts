@@ -3,6 +3,7 @@ import { newId } from '../lib/ids'
 import { advance, start, type Step } from '../machines/runner'
 import {
   DELIVERY_MACHINE_VERSION,
+  deliveryDefinition,
   deliveryMachine,
   deliveryStatus,
   type DeliveryContext,
@@ -12,6 +13,7 @@ import {
 } from '../machines/webhook-delivery.machine'
 import type { DeliveryUpdate, NewDelivery } from '../store/deliveries'
 import type { Persisted } from '../machines/runner'
+import { loadSnapshot } from '../machines/definition'
 
 export type DeliveryStep = Step<DeliveryContext, DeliveryEffect>
 
@@ -51,21 +53,29 @@ export function newDelivery(
   }
 }
 
-/** Applies an event to a stored delivery; null when its state does not accept it. */
+/**
+ * Applies an event to a stored delivery (its snapshot upgraded to the current machine version, as
+ * every machine's rows are: src/machines/definition.ts); null when its state does not accept it, or
+ * when a newer version of the service wrote it (this process leaves it to that version). The worker
+ * saves the updates of a batch in one statement (src/workers/webhook-deliveries.ts).
+ */
 export function advanceDelivery(
-  row: { id: string; snapshot: Persisted<DeliveryContext>; attempts_count: number; next_attempt_at?: Date | null },
+  row: { id: string; snapshot: Persisted<DeliveryContext>; machine_version: number; attempts_count: number; next_attempt_at?: Date | null },
   event: DeliveryEvent,
   now: number,
 ): { step: DeliveryStep; update: DeliveryUpdate } | null {
-  const step = advance<typeof deliveryMachine, DeliveryEffect>(deliveryMachine, row.snapshot, event)
+  if (row.machine_version > deliveryDefinition.version) return null
+  const snapshot = loadSnapshot(deliveryDefinition, row)
+  const step = advance<typeof deliveryMachine, DeliveryEffect>(deliveryMachine, snapshot, event)
   if (!step) return null
-  const counted = step.persisted.context.attempt > row.snapshot.context.attempt && step.state === 'sending'
+  const counted = step.persisted.context.attempt > snapshot.context.attempt && step.state === 'sending'
   return {
     step,
     update: {
       id: row.id,
       status: deliveryStatus(step.state as DeliveryState, step.persisted.context),
       snapshot: step.persisted,
+      machine_version: deliveryDefinition.version,
       attempts_count: row.attempts_count + (counted ? 1 : 0),
       attempt: null,
       next_attempt_at: nextAttemptAt(step.effects, row.next_attempt_at ?? null, now),

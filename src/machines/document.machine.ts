@@ -1,4 +1,5 @@
 import { assign, setup } from 'xstate'
+import type { MachineDefinition } from './definition'
 
 /**
  * A knowledge-base document (docs/knowledge.md, "Statuses"): uploading → parsing → chunking →
@@ -85,3 +86,13 @@ export const documentMachine = setup({
     },
   },
 })
+
+/** The document machine as the service runs it: snapshots of version 1 (the first), and its announcements. */
+export const documentDefinition: MachineDefinition<DocumentContext> = {
+  name: 'document',
+  machine: documentMachine,
+  version: DOCUMENT_MACHINE_VERSION,
+  upgrades: {},
+  announces: { ready: 'knowledge.document.ready', failed: 'knowledge.document.failed' },
+  memo: true,
+}

@@ -1,22 +1,12 @@
-import type { AnyStateMachine } from 'xstate'
-import { DOCUMENT_MACHINE_VERSION, documentMachine } from './document.machine'
-import { DELIVERY_MACHINE_VERSION, deliveryMachine } from './webhook-delivery.machine'
-import { RUN_MACHINE_VERSION, runMachine } from './workflow-run.machine'
+import type { MachineDefinition } from './definition'
+import { documentDefinition } from './document.machine'
+import { deliveryDefinition } from './webhook-delivery.machine'
+import { runDefinition } from './workflow-run.machine'
 
 /**
  * Every state machine of the service, for `GET /v1/machines` and `bun run diagrams`
- * (docs/machines/<name>.md).
+ * (docs/machines/<name>.md), with what the I/O half needs of each (src/machines/definition.ts).
  */
-export interface MachineEntry {
-  /** URL and file name: kebab-case, the machine's own id. */
-  name: string
-  machine: AnyStateMachine
-  /** Stored beside every persisted snapshot; bumped when a change would misread old snapshots. */
-  version: number
-}
+export type MachineEntry = Pick<MachineDefinition, 'name' | 'machine' | 'version'>
 
-export const machines: readonly MachineEntry[] = [
-  { name: 'webhook-delivery', machine: deliveryMachine, version: DELIVERY_MACHINE_VERSION },
-  { name: 'workflow-run', machine: runMachine, version: RUN_MACHINE_VERSION },
-  { name: 'document', machine: documentMachine, version: DOCUMENT_MACHINE_VERSION },
-]
+export const machines: readonly MachineEntry[] = [deliveryDefinition, runDefinition, documentDefinition]

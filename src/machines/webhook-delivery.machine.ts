@@ -1,4 +1,5 @@
 import { assign, emit, setup } from 'xstate'
+import type { MachineDefinition } from './definition'
 
 /**
  * One webhook delivery (docs/webhooks.md, "Outcomes and retries"): pending → sending → succeeded | retrying
@@ -111,4 +112,17 @@ export type DeliveryStatus = 'pending' | 'retrying' | 'succeeded' | 'failed'
 export function deliveryStatus(state: DeliveryState, context: DeliveryContext): DeliveryStatus {
   if (state === 'sending') return context.attempt > 1 ? 'retrying' : 'pending'
   return state
+}
+
+/**
+ * The delivery machine as the service runs it: snapshots of version 1 (the first). It announces
+ * nothing: a delivery is the announcement's own transport.
+ */
+export const deliveryDefinition: MachineDefinition<DeliveryContext> = {
+  name: 'webhook-delivery',
+  machine: deliveryMachine,
+  version: DELIVERY_MACHINE_VERSION,
+  upgrades: {},
+  announces: {},
+  memo: true,
 }

@@ -1,4 +1,5 @@
 import { assign, setup } from 'xstate'
+import type { MachineDefinition } from './definition'
 
 /**
  * A workflow run (docs/workflows.md, "Runs"): `running` → `completed` | `failed` | `cancelled`, with the
@@ -92,3 +93,13 @@ export const runMachine = setup({
     cancelled: { type: 'final', description: 'workflow.run.cancelled' },
   },
 })
+
+/** The run machine as the service runs it: snapshots of version 1 (the first), and its announcements. */
+export const runDefinition: MachineDefinition<RunContext> = {
+  name: 'workflow-run',
+  machine: runMachine,
+  version: RUN_MACHINE_VERSION,
+  upgrades: {},
+  announces: { completed: 'workflow.run.completed', failed: 'workflow.run.failed', cancelled: 'workflow.run.cancelled' },
+  memo: false,
+}

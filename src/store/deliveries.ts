@@ -1,7 +1,7 @@
 import { notFound } from '../lib/errors'
 import { idFloor } from '../lib/ids'
 import type { ListQuery } from '../lib/lists'
-import type { DeliveryContext, DeliveryStatus } from '../machines/webhook-delivery.machine'
+import { DELIVERY_MACHINE_VERSION, type DeliveryContext, type DeliveryStatus } from '../machines/webhook-delivery.machine'
 import type { Persisted } from '../machines/runner'
 import type { Sql, Tx } from './db'
 import { listClauses } from './lists'
@@ -49,7 +49,7 @@ export async function insertDeliveries(tx: Tx, rows: NewDelivery[]): Promise<{ i
 }
 
 /** A delivery with what sending it needs from its webhook. */
-export interface DeliveryWork extends Pick<DeliveryRow, 'id' | 'webhook_id' | 'event_type' | 'data' | 'snapshot' | 'attempts_count' | 'next_attempt_at'> {
+export interface DeliveryWork extends Pick<DeliveryRow, 'id' | 'webhook_id' | 'event_type' | 'data' | 'snapshot' | 'machine_version' | 'attempts_count' | 'next_attempt_at'> {
   url: string
   enabled: boolean
   secret_encrypted: string
@@ -59,15 +59,16 @@ export interface DeliveryWork extends Pick<DeliveryRow, 'id' | 'webhook_id' | 'e
 
 /**
  * Locks the deliveries whose timers fired. `skip locked`: a row locked elsewhere is being advanced by
- * another worker right now, which makes this timer stale.
+ * another worker right now, which makes this timer stale. A row a newer version of the service wrote
+ * is left to that version (docs/architecture.md, "Versioned snapshots").
  */
 export async function lockDeliveriesForWork(tx: Tx, ids: string[]): Promise<DeliveryWork[]> {
   if (ids.length === 0) return []
   return tx<DeliveryWork[]>`
-    select d.id, d.webhook_id, d.event_type, d.data, d.snapshot, d.attempts_count, d.next_attempt_at,
+    select d.id, d.webhook_id, d.event_type, d.data, d.snapshot, d.machine_version, d.attempts_count, d.next_attempt_at,
            w.url, w.enabled, w.secret_encrypted, w.previous_secret_encrypted, w.previous_secret_expires_at
     from webhook_deliveries d join webhooks w on w.id = d.webhook_id
-    where d.id in ${tx(ids)}
+    where d.id in ${tx(ids)} and d.machine_version <= ${DELIVERY_MACHINE_VERSION}
     for update of d skip locked`
 }
 
@@ -79,15 +80,16 @@ export async function missingDeliveries(tx: Tx, ids: string[]): Promise<string[]
   return ids.filter((id) => !present.has(id))
 }
 
-export async function lockDeliveries(tx: Tx, ids: string[]): Promise<Pick<DeliveryRow, 'id' | 'webhook_id' | 'snapshot' | 'attempts_count'>[]> {
+export async function lockDeliveries(tx: Tx, ids: string[]): Promise<Pick<DeliveryRow, 'id' | 'webhook_id' | 'snapshot' | 'machine_version' | 'attempts_count'>[]> {
   if (ids.length === 0) return []
-  return tx`select id, webhook_id, snapshot, attempts_count from webhook_deliveries where id in ${tx(ids)} for update`
+  return tx`select id, webhook_id, snapshot, machine_version, attempts_count from webhook_deliveries where id in ${tx(ids)} for update`
 }
 
 export interface DeliveryUpdate {
   id: string
   status: DeliveryStatus
   snapshot: Persisted<DeliveryContext>
+  machine_version: number
   attempts_count: number
   /** Appended to the attempts log when set. */
   attempt: AttemptRecord | null
@@ -101,6 +103,7 @@ export async function saveDeliveries(tx: Tx, updates: DeliveryUpdate[]): Promise
     u.id,
     u.status,
     JSON.stringify(u.snapshot),
+    u.machine_version,
     u.attempts_count,
     u.attempt ? JSON.stringify(u.attempt) : null,
     u.next_attempt_at ? u.next_attempt_at.toISOString() : null,
@@ -109,11 +112,12 @@ export async function saveDeliveries(tx: Tx, updates: DeliveryUpdate[]): Promise
     update webhook_deliveries d set
       status = v.status,
       snapshot = v.snapshot::jsonb,
+      machine_version = v.machine_version::int,
       attempts_count = v.attempts_count::int,
       attempts = case when v.attempt is null then d.attempts else d.attempts || jsonb_build_array(v.attempt::jsonb) end,
       next_attempt_at = v.next_attempt_at::timestamptz,
       updated_at = now()
-    from (values ${tx(values as never)}) as v (id, status, snapshot, attempts_count, attempt, next_attempt_at)
+    from (values ${tx(values as never)}) as v (id, status, snapshot, machine_version, attempts_count, attempt, next_attempt_at)
     where d.id = v.id`
 }
 

@@ -1,9 +1,10 @@
 import { notFound } from '../lib/errors'
 import type { ListQuery } from '../lib/lists'
 import type { Persisted } from '../machines/runner'
-import type { RunContext } from '../machines/workflow-run.machine'
+import { RUN_MACHINE_VERSION, type RunContext } from '../machines/workflow-run.machine'
 import type { Sql, Tx } from './db'
-import { outboxCte } from './events'
+import { release, type LeaseTable } from './leases'
+import { writeRowTransition } from './transitions'
 import { inWorkspaces, listClauses, type WorkspaceScope } from './lists'
 
 export type RunStatus = 'running' | 'completed' | 'failed' | 'cancelled'
@@ -70,37 +71,19 @@ export async function lockRun(tx: Tx, id: string): Promise<RunRow> {
 }
 
 /**
- * Claims up to `limit` running runs whose lease is free or expired and that are not parked on a wait
- * in the future, in one statement, and answers their rows. `skip locked`: workers never wait on each
- * other's claims.
+ * Runs a worker holds (src/store/leases.ts): `running` ones whose lease is free or expired and that
+ * are not parked on a wait in the future.
  */
-export async function claimRuns(sql: Sql, owner: string, leaseMs: number, limit: number): Promise<RunRow[]> {
-  return sql<RunRow[]>`
-    update runs set lease_owner = ${owner}, lease_until = now() + ${leaseMs}::int * interval '1 millisecond'
-    where id in (
-      select id from runs
-      where status = 'running' and (lease_until is null or lease_until < now()) and (wake_at is null or wake_at <= now())
-      order by created_at limit ${limit} for update skip locked)
-    returning *`
+export const runLeases: LeaseTable = {
+  table: 'runs',
+  states: ['running'],
+  version: RUN_MACHINE_VERSION,
+  claimable: (sql) => sql`and (wake_at is null or wake_at <= now())`,
 }
 
-/** Extends the leases this worker holds; returns the ids it still holds (others were taken over). */
-export async function heartbeat(sql: Sql, owner: string, ids: string[], leaseMs: number): Promise<string[]> {
-  if (ids.length === 0) return []
-  const rows = await sql<{ id: string }[]>`
-    update runs set lease_until = now() + ${leaseMs}::int * interval '1 millisecond'
-    where id in ${sql(ids)} and lease_owner = ${owner} and status = 'running'
-    returning id`
-  return rows.map((r) => r.id)
-}
-
-export async function releaseRun(tx: Tx | Sql, id: string, owner: string, wakeAt: Date | null): Promise<void> {
-  await tx`update runs set lease_owner = null, lease_until = null, wake_at = ${wakeAt} where id = ${id} and lease_owner = ${owner}`
-}
-
-/** Every running run this worker holds, released (graceful shutdown). */
-export async function releaseRunsOf(sql: Sql, owner: string): Promise<void> {
-  await sql`update runs set lease_owner = null, lease_until = null where lease_owner = ${owner} and status = 'running'`
+/** A run parked on its waits: given back, not claimable before `wakeAt`. */
+export function parkRun(sql: Tx | Sql, id: string, owner: string, wakeAt: Date): Promise<void> {
+  return release(sql, runLeases, owner, id, sql`, wake_at = ${wakeAt}`)
 }
 
 export interface RunWrite {
@@ -133,8 +116,7 @@ export async function writeTransition(
   outbox?: { type: string; data: Record<string, unknown> },
 ): Promise<RunRow | null> {
   const f = w.finished
-  const update = sql`
-    update runs set
+  const set = sql`
       status = ${w.status},
       snapshot = ${w.snapshot ? sql.json(w.snapshot as never) : sql`snapshot`},
       usage = ${sql.json(w.usage as never)},
@@ -144,21 +126,22 @@ export async function writeTransition(
       duration_ms = ${f ? sql`(extract(epoch from (now() - created_at)) * 1000)::int` : sql`duration_ms`},
       lease_owner = ${f ? null : sql`lease_owner`},
       lease_until = ${f ? null : sql`lease_until`},
-      next_seq = next_seq + ${log.length},
-      updated_at = now()
-    where id = ${guard.id} and status = 'running' and next_seq = ${guard.next_seq}
-      ${guard.owner === undefined ? sql`` : sql`and lease_owner = ${guard.owner}`}
-    returning *`
-  const event = outbox ? outboxCte(sql, outbox.type, outbox.data, sql`jsonb_build_object('duration_ms', u.duration_ms)`) : sql``
-  const [row] = await sql<RunRow[]>`
-    with u as (${update}),
-    e as (
+      next_seq = next_seq + ${log.length}`
+  const guarded = sql`id = ${guard.id} and status = 'running' and next_seq = ${guard.next_seq}
+      ${guard.owner === undefined ? sql`` : sql`and lease_owner = ${guard.owner}`}`
+  // The log rows, numbered on from the row's `next_seq` as it was before this statement.
+  const events = sql`, e as (
       insert into run_events (run_id, seq, type, data)
       select u.id, u.next_seq - ${log.length} + x.ord::int - 1, x.e->>'type', x.e->'data'
-      from u, jsonb_array_elements(${sql.json(log as never)}) with ordinality as x(e, ord))
-    ${event}
-    select * from u`
-  return row ?? null
+      from u, jsonb_array_elements(${sql.json(log as never)}) with ordinality as x(e, ord))`
+  return writeRowTransition<RunRow>(sql, {
+    table: 'runs',
+    set,
+    guard: guarded,
+    version: w.snapshot ? RUN_MACHINE_VERSION : undefined,
+    with: events,
+    outbox: outbox && { ...outbox, extra: sql`jsonb_build_object('duration_ms', u.duration_ms)` },
+  })
 }
 
 export async function listRunEvents(sql: Sql, runId: string, afterSeq: number, limit = 1000): Promise<RunEventRow[]> {

@@ -3,13 +3,12 @@ import { searchBases } from '../domain/knowledge/search'
 import { executors } from '../domain/workflows/nodes'
 import { inputSpec } from '../domain/workflows/graph'
 import { plan } from '../domain/workflows/plan'
-import { applyEvents, persist, published, RunNotRunning, type LogEvent } from '../domain/workflows/transitions'
+import { CANCEL_CHANNEL, commitRun, published, RunNotRunning, type LogEvent } from '../domain/workflows/transitions'
 import { NodeError, type Graph, type GraphNode, type NodeResult } from '../domain/workflows/types'
-import { newId } from '../lib/ids'
-import type { NodeProgress, RunEvent } from '../machines/workflow-run.machine'
+import { runDefinition, type NodeProgress, type RunContext, type RunEvent } from '../machines/workflow-run.machine'
 import * as runs from '../store/runs'
 import { getWorkflowVersion } from '../store/workflows'
-import { PollingLoop } from './loop'
+import { LeaseWorker } from './lease-worker'
 import type { TimerHandler } from './timers'
 
 export const RUN_TIMER = 'run'
@@ -19,7 +18,6 @@ const MAX_RUNS = 64
 const IDLE_POLL_MS = 100
 /** LLM deltas are written to the run's log in pieces at most this old, not one row per token. */
 const DELTA_FLUSH_MS = 50
-export const CANCEL_CHANNEL = 'runs.cancel'
 
 /**
  * Executes runs: claims them from Postgres with leases (`for update skip locked`), heartbeats them,
@@ -28,31 +26,28 @@ export const CANCEL_CHANNEL = 'runs.cancel'
  * expired, which resumes from the snapshot (the node in flight runs again). Cancellation arrives by
  * pub/sub and aborts the node in flight.
  */
-export class RunWorker extends PollingLoop implements TimerHandler {
-  readonly owner = `${process.pid}:${newId('req').slice(4, 14)}`
-  private readonly active = new Map<string, AbortController>()
+export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler {
   private readonly graphs = new Map<string, Graph>()
-  private heartbeat: ReturnType<typeof setInterval> | null = null
   private unsubscribe: (() => Promise<void>) | null = null
 
   constructor(private readonly deps: Deps) {
-    super('run worker: claiming runs', IDLE_POLL_MS, deps.log)
+    super(deps.db.sql, { what: 'run worker', table: runs.runLeases, definition: runDefinition, leaseMs: RUN_LEASE_MS, max: MAX_RUNS, idleMs: IDLE_POLL_MS }, deps.log)
   }
 
   override start() {
     super.start()
-    this.heartbeat = setInterval(() => void this.beat(), RUN_LEASE_MS / 3)
-    this.deps.redis.subscribe(CANCEL_CHANNEL, (id) => this.active.get(id)?.abort(new RunNotRunning('cancelled'))).then((u) => (this.unsubscribe = u))
+    this.deps.redis
+      .subscribe(CANCEL_CHANNEL, (id) => this.active.get(id)?.abort(new RunNotRunning('cancelled')))
+      .then((u) => (this.unsubscribe = u))
+      .catch((err) => this.log.warn({ err }, 'run worker: cancels reach this worker only at its next write (pub/sub unavailable)'))
   }
 
-  override async stop() {
-    await super.stop()
-    if (this.heartbeat) clearInterval(this.heartbeat)
-    for (const ac of this.active.values()) ac.abort(new RunNotRunning('worker stopping'))
+  protected override stopped(why: string) {
+    return new RunNotRunning(why)
+  }
+
+  protected override async stopping() {
     await this.unsubscribe?.()
-    // Hand the runs back at once rather than after their lease: a restart (or another worker) resumes
-    // them from their snapshots without waiting 15 s.
-    await runs.releaseRunsOf(this.deps.db.sql, this.owner).catch((err) => this.deps.log.error({ err }, 'run worker: releasing leases failed'))
   }
 
   /**
@@ -70,26 +65,12 @@ export class RunWorker extends PollingLoop implements TimerHandler {
     this.nudge()
   }
 
-  protected async step(): Promise<boolean> {
-    const room = MAX_RUNS - this.active.size
-    if (room <= 0) return false
-    const claimed = await runs.claimRuns(this.deps.db.sql, this.owner, RUN_LEASE_MS, room)
-    for (const run of claimed) {
-      const ac = new AbortController()
-      this.active.set(run.id, ac)
-      void this.drive(run, ac)
-        .catch((err) => {
-          if (!(err instanceof RunNotRunning)) this.deps.log.error({ err, run_id: run.id }, 'run worker: driving a run failed')
-        })
-        .finally(() => this.active.delete(run.id))
-    }
-    return claimed.length === room
+  protected work(run: runs.RunRow, ac: AbortController) {
+    return this.drive(run, ac)
   }
 
-  private async beat() {
-    const ids = [...this.active.keys()]
-    const held = new Set(await runs.heartbeat(this.deps.db.sql, this.owner, ids, RUN_LEASE_MS).catch(() => ids))
-    for (const id of ids) if (!held.has(id)) this.active.get(id)?.abort(new RunNotRunning('lease lost'))
+  protected failed(run: runs.RunRow, err: unknown) {
+    if (!(err instanceof RunNotRunning)) this.log.error({ err, run_id: run.id }, 'run worker: driving a run failed')
   }
 
   private async graph(run: runs.RunRow): Promise<Graph> {
@@ -124,7 +105,7 @@ export class RunWorker extends PollingLoop implements TimerHandler {
       const p = this.runNode(run, graph, node, ac, transit)
         .catch((err) => {
           // The run ended (cancelled, failed on another branch, taken over): this node's result is moot.
-          if (!(err instanceof RunNotRunning)) this.deps.log.error({ err, run_id: run.id, node: id }, 'run worker: a node failed unexpectedly')
+          if (!(err instanceof RunNotRunning)) this.log.error({ err, run_id: run.id, node: id }, 'run worker: a node failed unexpectedly')
           ac.abort(new RunNotRunning('stopped'))
         })
         .finally(() => inFlight.delete(id))
@@ -137,16 +118,16 @@ export class RunWorker extends PollingLoop implements TimerHandler {
         const h = head()
         const log = [...h.log]
         let started: string[] = []
-        const next = applyEvents(run.snapshot, h.events, h.logOnly ? undefined : (context, state) => {
+        const more = h.logOnly ? undefined : (context: RunContext, state: string) => {
           if (state !== 'running') return []
           const f = followOn(graph, context.progress, Date.now())
           log.push(...f.log)
           started = f.started
           return f.events
-        })
-        if (next === run.snapshot && log.length === 0 && !h.usage) return
-        const saved = await persist(this.deps.db.sql, run, next, log, { owner: this.owner, addUsage: h.usage })
+        }
+        const saved = await commitRun(this.deps.db.sql, run, h.events, { log, owner: this.owner, addUsage: h.usage }, more)
         if (!saved) throw new RunNotRunning(`run ${run.id} was cancelled or taken over`)
+        if (saved === run) return
         run = saved
         await published(this.deps.redis, run)
         if (run.status !== 'running') ac.abort(new RunNotRunning(`run ${run.status}`))
@@ -180,7 +161,7 @@ export class RunWorker extends PollingLoop implements TimerHandler {
       if (waits.length > 0) {
         // Parked: the lease is let go; the timer (or the claim query once wake_at passes) brings it back.
         const wakeAt = new Date(Math.min(...waits.map(([, p]) => Date.parse(p.until!))))
-        await runs.releaseRun(this.deps.db.sql, run.id, this.owner, wakeAt)
+        await runs.parkRun(this.deps.db.sql, run.id, this.owner, wakeAt)
         await this.deps.timers.schedule(RUN_TIMER, [{ id: run.id, at: wakeAt }])
         return
       }

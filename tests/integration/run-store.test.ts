@@ -1,10 +1,11 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { applyEvents, persist } from '../../src/domain/workflows/transitions'
+import { commitRun } from '../../src/domain/workflows/transitions'
 import { newId } from '../../src/lib/ids'
 import { advance, advanceMany, start, type Persisted } from '../../src/machines/runner'
 import { RUN_MACHINE_VERSION, runMachine, type RunContext, type RunEvent } from '../../src/machines/workflow-run.machine'
 import type { Database } from '../../src/store/db'
-import { claimRuns, findRun, insertRun, releaseRun, writeTransition, type RunRow } from '../../src/store/runs'
+import { claim, release } from '../../src/store/leases'
+import { findRun, insertRun, parkRun, runLeases, writeTransition, type RunRow } from '../../src/store/runs'
 import { insertWorkflow } from '../../src/store/workflows'
 import { insertWorkspace } from '../../src/store/workspaces'
 import { freshDatabase } from '../helpers/db'
@@ -32,6 +33,9 @@ beforeAll(async () => {
 })
 afterAll(() => db?.close())
 
+const claimRuns = (sql: Database['sql'], who: string, leaseMs: number, limit: number) => claim<RunRow>(sql, runLeases, who, leaseMs, limit)
+const applyEvents = (snapshot: Persisted<RunContext>, events: RunEvent[]) => advanceMany(runMachine, snapshot, events)!.persisted as Persisted<RunContext>
+
 const initial = () => start(runMachine, undefined as never).persisted as Persisted<RunContext>
 
 async function newRun(): Promise<RunRow> {
@@ -55,16 +59,16 @@ const outboxOf = async (id: string) => (await db.sql<{ type: string; data: any }
 const zero = { tokens_in: 0, tokens_out: 0, credits: 0 }
 const started = (node: string): RunEvent => ({ type: 'node.started', node, at })
 
-describe('claimRuns', () => {
+describe('claiming runs (src/store/leases.ts with runLeases)', () => {
   test('answers the claimed rows, leased to the owner; a leased run or one parked until later is not claimed again', async () => {
     const run = await claimedRun()
     expect(run.lease_owner).toBe(owner)
     expect(run.lease_until!.getTime()).toBeGreaterThan(Date.now() + 50_000)
     expect(run.snapshot).toEqual(initial())
     expect((await claimRuns(db.sql, 'other', 60_000, 100)).map((r) => r.id)).not.toContain(run.id)
-    await releaseRun(db.sql, run.id, owner, new Date(Date.now() + 60_000))
+    await parkRun(db.sql, run.id, owner, new Date(Date.now() + 60_000))
     expect((await claimRuns(db.sql, 'other', 60_000, 100)).map((r) => r.id)).not.toContain(run.id)
-    await releaseRun(db.sql, run.id, 'not-the-owner', null)
+    await release(db.sql, runLeases, 'not-the-owner', run.id, db.sql`, wake_at = null`)
     expect((await findRun(db.sql, run.id))!.wake_at).not.toBeNull()
     await db.sql`update runs set wake_at = now() - interval '1 second' where id = ${run.id}`
     expect((await claimRuns(db.sql, 'other', 60_000, 100)).map((r) => r.id)).toContain(run.id)
@@ -119,8 +123,8 @@ describe('writeTransition', () => {
   test("the run's end: outcome, lease let go, usage and done logged, one outbox event with duration_ms; then nothing more applies", async () => {
     const run = await claimedRun()
     await db.sql`update runs set created_at = now() - interval '2 seconds' where id = ${run.id}`
-    const snap = applyEvents(run.snapshot, [started('start'), { type: 'node.completed', node: 'start', output: { text: 'hi' }, durationMs: 1, end: true }])
-    const saved = await persist(db.sql, run, snap, [{ type: 'node_end', data: { node_id: 'start' } }], { owner, addUsage: { tokens_in: 1, tokens_out: 2, credits: 0.25 } })
+    const events: RunEvent[] = [started('start'), { type: 'node.completed', node: 'start', output: { text: 'hi' }, durationMs: 1, end: true }]
+    const saved = await commitRun(db.sql, run, events, { log: [{ type: 'node_end', data: { node_id: 'start' } }], owner, addUsage: { tokens_in: 1, tokens_out: 2, credits: 0.25 } })
     expect(saved).toMatchObject({ status: 'completed', outputs: { text: 'hi' }, error: null, lease_owner: null, lease_until: null, next_seq: 4 })
     expect(saved!.finished_at).toBeInstanceOf(Date)
     expect(saved!.duration_ms).toBeGreaterThanOrEqual(2000)
@@ -133,19 +137,18 @@ describe('writeTransition', () => {
       { type: 'workflow.run.completed', data: { workflow_id: workflowId, run_id: run.id, status: 'completed', duration_ms: saved!.duration_ms, outputs: { text: 'hi' } } },
     ])
     // A cancel (no owner) of the finished run, even with its current next_seq, matches nothing.
-    expect(await persist(db.sql, saved!, saved!.snapshot, [])).toBeNull()
+    expect(await writeTransition(db.sql, { id: saved!.id, next_seq: saved!.next_seq }, { status: 'cancelled', usage: zero, finished: { outputs: null, error: null } }, [])).toBeNull()
     expect(await outboxOf(run.id)).toHaveLength(1)
   })
 
   test('a cancel under the row lock makes a write the worker prepared before it match nothing', async () => {
     const run = await claimedRun()
-    const prepared = applyEvents(run.snapshot, [started('start')])
     const cancelled = await db.sql.begin(async (tx) => {
       const [locked] = await tx<RunRow[]>`select * from runs where id = ${run.id} for update`
       // The worker's guarded write waits for the lock, then sees the cancelled row.
-      const racing = persist(db.sql, run, prepared, [{ type: 'node_start', data: {} }], { owner })
+      const racing = commitRun(db.sql, run, [started('start')], { log: [{ type: 'node_start', data: {} }], owner })
       await Bun.sleep(50)
-      const saved = await persist(tx, locked!, applyEvents(locked!.snapshot, [{ type: 'cancel.requested' }]), [])
+      const saved = await commitRun(tx, locked!, [{ type: 'cancel.requested' }], { log: [] })
       return { saved, racing }
     })
     expect(cancelled.saved!.status).toBe('cancelled')

@@ -370,7 +370,7 @@ describe('domain helpers', () => {
   test('advanceDelivery: attempts_count grows only on entering sending, next_attempt_at follows the effects', () => {
     let now = 1_700_000_000_000
     const created = newDelivery(config, fields, { manual: false, now })
-    let row = { id: created.id, snapshot: created.snapshot, attempts_count: 0, next_attempt_at: created.next_attempt_at as Date | null }
+    let row = { id: created.id, snapshot: created.snapshot, machine_version: created.machine_version, attempts_count: 0, next_attempt_at: created.next_attempt_at as Date | null }
     const trace: [string, string, string, number, number | null][] = []
     const apply = (event: DeliveryEvent) => {
       now += 1_000
@@ -380,7 +380,7 @@ describe('domain helpers', () => {
       expect(r.update.attempt).toBeNull()
       expect(r.update.snapshot).toEqual(r.step.persisted)
       expect(roundTrip(r.update.snapshot)).toEqual(r.update.snapshot)
-      row = { id: row.id, snapshot: r.update.snapshot, attempts_count: r.update.attempts_count, next_attempt_at: r.update.next_attempt_at }
+      row = { id: row.id, snapshot: r.update.snapshot, machine_version: r.update.machine_version, attempts_count: r.update.attempts_count, next_attempt_at: r.update.next_attempt_at }
       trace.push([event.type, r.step.state, r.update.status, r.update.attempts_count, r.update.next_attempt_at ? r.update.next_attempt_at.getTime() - now : null])
     }
     for (let n = 1; n <= 4; n++) {
@@ -424,6 +424,6 @@ describe('domain helpers', () => {
     ['failed', 1, retryable],
   ] as const)('advanceDelivery refuses an event %s (attempt %i) does not accept: null', (state, attempt, event) => {
     const snapshot = reach(state, attempt, { delays: [10, 20, 30] })
-    expect(advanceDelivery({ id: 'dlv_x', snapshot, attempts_count: attempt, next_attempt_at: new Date(1) }, event, Date.now())).toBeNull()
+    expect(advanceDelivery({ id: 'dlv_x', snapshot, machine_version: 1, attempts_count: attempt, next_attempt_at: new Date(1) }, event, Date.now())).toBeNull()
   })
 })

@@ -1,9 +1,11 @@
 import type { Deps } from '../../deps'
 import { AppError } from '../../lib/errors'
-import type { DocumentEvent, DocumentStatus } from '../../machines/document.machine'
+import type { DocumentEvent } from '../../machines/document.machine'
 import * as store from '../../store/knowledge'
 import type { Chunk, ChunkSettings } from './chunk'
-import { applyDocumentEvents, originalKey } from './documents'
+import { commitDocument, DocumentGone, originalKey, type DocumentExtra } from './documents'
+
+export { DocumentGone }
 import type { DocType } from './parse'
 import { type DocumentSandbox, SandboxAborted, SandboxCrashed, SandboxFailure } from './sandbox'
 
@@ -28,11 +30,6 @@ export const MAX_ATTEMPTS = 5
  * OOM killer acting for another process), three in a row on the same document are the document.
  */
 export const MAX_PROCESSING_ATTEMPTS = 3
-
-/** The run of a document's ingestion ended under the worker (deleted, restarted, taken over). */
-export class DocumentGone extends Error {
-  override name = 'DocumentGone'
-}
 
 /** A passing failure (the model provider is down): the document waits for its lease to run out and is claimed again. */
 export class RetryLater extends Error {
@@ -62,23 +59,9 @@ export async function ingestDocument(
   signal: AbortSignal,
 ): Promise<store.DocumentRow> {
   let doc = claimed
-  const advance = async (events: DocumentEvent[], write: Partial<store.DocumentWrite> = {}) => {
+  const advance = async (events: DocumentEvent[], extra: DocumentExtra = {}) => {
     if (signal.aborted) throw new DocumentGone('stopped')
-    const next = applyDocumentEvents(doc.snapshot, events)
-    if (!next) throw new DocumentGone(`document ${doc.id} does not accept ${events.map((e) => e.type).join(', ')} in ${doc.status}`)
-    const status = next.value as DocumentStatus
-    const outbox =
-      status === 'ready'
-        ? { type: 'knowledge.document.ready', data: { knowledge_base_id: doc.knowledge_base_id, document_id: doc.id, name: doc.name } }
-        : status === 'failed'
-          ? { type: 'knowledge.document.failed', data: { knowledge_base_id: doc.knowledge_base_id, document_id: doc.id, name: doc.name, error: next.context.error } }
-          : undefined
-    const saved = await store.writeDocumentTransition(
-      deps.db.sql,
-      { id: doc.id, status: doc.status, generation: doc.generation, owner },
-      { status, snapshot: next, generation: doc.generation, ...(status === 'failed' ? { error: next.context.error } : {}), ...write },
-      outbox,
-    )
+    const saved = await commitDocument(deps.db.sql, doc, events, { ...extra, owner })
     if (!saved) throw new DocumentGone(`document ${doc.id} was deleted, restarted or taken over`)
     doc = saved
   }

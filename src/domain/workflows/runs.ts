@@ -6,12 +6,11 @@ import { start } from '../../machines/runner'
 import { RUN_MACHINE_VERSION, runMachine, type RunContext } from '../../machines/workflow-run.machine'
 import * as runs from '../../store/runs'
 import { onlyUserOf, type Caller } from '../access'
-import { CANCEL_CHANNEL } from '../../workers/runs'
 import { listScope, loadOwned, loadOwnedWithRole } from '../workspaces'
 import { validateInputs } from './graph'
 import { loadWorkflow } from './service'
 import { findWorkflow } from '../../store/workflows'
-import { applyEvents, parseRunMessage, persist, published, runChannel } from './transitions'
+import { CANCEL_CHANNEL, commitRun, parseRunMessage, published, runChannel } from './transitions'
 
 /** Starts a run of the workflow's current version (role `use`): validated inputs, snapshot `running`. */
 export async function createRun(deps: Deps, caller: Caller, workflowId: string, body: { inputs?: unknown; user_id?: string }, requestId: string): Promise<runs.RunRow> {
@@ -66,7 +65,7 @@ export async function cancelRun(deps: Deps, caller: Caller, runId: string): Prom
   const row = await deps.db.sql.begin(async (tx) => {
     const run = await runs.lockRun(tx, runId)
     if (run.status !== 'running') throw new AppError('run_not_running', `run ${runId} is ${run.status}; only a running run can be cancelled`)
-    const saved = await persist(tx, run, applyEvents(run.snapshot, [{ type: 'cancel.requested' }]), [])
+    const saved = await commitRun(tx, run, [{ type: 'cancel.requested' }], { log: [] })
     if (!saved) throw new Error(`run ${runId} changed under its row lock`)
     return saved
   })

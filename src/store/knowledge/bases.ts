@@ -1,0 +1,96 @@
+import type { ListQuery } from '../../lib/lists'
+import type { Pool, Sql, Tx } from '../db'
+import { inWorkspaces, listClauses, type WorkspaceScope } from '../lists'
+
+/** Knowledge bases: their rows and the vector index of each embedding size. */
+export type RetrievalMode = 'vector' | 'hybrid' | 'fulltext'
+
+export interface Chunking {
+  chunk_size: number
+  chunk_overlap: number
+  separators?: string[]
+}
+
+export interface KnowledgeBaseRow {
+  id: string
+  workspace_id: string
+  name: string
+  description: string
+  embedding_model: string
+  dimensions: number
+  chunking: Chunking
+  retrieval_mode: RetrievalMode
+  rerank_model: string
+  created_by: string
+  created_at: Date
+  updated_at: Date
+}
+
+export async function insertKnowledgeBase(sql: Sql, kb: Omit<KnowledgeBaseRow, 'created_at' | 'updated_at'>): Promise<KnowledgeBaseRow> {
+  const [row] = await sql<KnowledgeBaseRow[]>`
+    insert into knowledge_bases (id, workspace_id, name, description, embedding_model, dimensions, chunking, retrieval_mode, rerank_model, created_by)
+    values (${kb.id}, ${kb.workspace_id}, ${kb.name}, ${kb.description}, ${kb.embedding_model}, ${kb.dimensions}, ${sql.json(kb.chunking as never)},
+            ${kb.retrieval_mode}, ${kb.rerank_model}, ${kb.created_by})
+    returning *`
+  return row!
+}
+
+export async function findKnowledgeBase(sql: Sql, id: string): Promise<KnowledgeBaseRow | null> {
+  const [row] = await sql<KnowledgeBaseRow[]>`select * from knowledge_bases where id = ${id}`
+  return row ?? null
+}
+
+export async function listKnowledgeBases(sql: Sql, scope: WorkspaceScope, q: ListQuery): Promise<KnowledgeBaseRow[]> {
+  const c = listClauses(sql, q)
+  return sql<KnowledgeBaseRow[]>`select * from knowledge_bases where ${inWorkspaces(sql, scope)} ${c.and} order by ${c.orderBy} limit ${c.limit}`
+}
+
+export type KnowledgeBasePatch = Partial<Pick<KnowledgeBaseRow, 'name' | 'description' | 'embedding_model' | 'dimensions' | 'chunking' | 'retrieval_mode' | 'rerank_model'>>
+
+export async function updateKnowledgeBase(tx: Sql, id: string, p: KnowledgeBasePatch): Promise<KnowledgeBaseRow> {
+  const [row] = await tx<KnowledgeBaseRow[]>`
+    update knowledge_bases set
+      name = ${p.name ?? tx`name`},
+      description = ${p.description ?? tx`description`},
+      embedding_model = ${p.embedding_model ?? tx`embedding_model`},
+      dimensions = ${p.dimensions ?? tx`dimensions`},
+      chunking = ${p.chunking ? tx.json(p.chunking as never) : tx`chunking`},
+      retrieval_mode = ${p.retrieval_mode ?? tx`retrieval_mode`},
+      rerank_model = ${p.rerank_model ?? tx`rerank_model`},
+      updated_at = now()
+    where id = ${id}
+    returning *`
+  return row!
+}
+
+export async function lockKnowledgeBase(tx: Tx, id: string): Promise<KnowledgeBaseRow | null> {
+  const [row] = await tx<KnowledgeBaseRow[]>`select * from knowledge_bases where id = ${id} for update`
+  return row ?? null
+}
+
+export async function deleteKnowledgeBase(sql: Sql, id: string): Promise<void> {
+  await sql`delete from knowledge_bases where id = ${id}`
+}
+
+/** Whether a base holds any document (in any status: each would be embedded with the base's model). */
+export async function hasDocuments(sql: Sql, kbId: string): Promise<boolean> {
+  const [row] = await sql<{ any: boolean }[]>`select exists (select 1 from documents where knowledge_base_id = ${kbId}) as any`
+  return row!.any
+}
+
+/**
+ * The partial HNSW index of one embedding size (`chunks_hnsw_<dims>_idx`), so every base's vector
+ * search, whatever its model, scans an index. Idempotent; serialised by an advisory lock since
+ * two processes may create bases of a new size at once. Up to 2 000 dimensions (pgvector's limit
+ * for `vector` in HNSW); bigger models are refused when a base is configured.
+ */
+export async function ensureVectorIndex(sql: Pool, dims: number): Promise<void> {
+  if (!Number.isInteger(dims) || dims < 1 || dims > 2000) throw new Error(`no HNSW index for ${dims} dimensions`)
+  const name = `chunks_hnsw_${dims}_idx`
+  const [exists] = await sql`select 1 from pg_indexes where indexname = ${name}`
+  if (exists) return
+  await sql.begin(async (tx) => {
+    await tx`select pg_advisory_xact_lock(7465006)`
+    await tx.unsafe(`create index if not exists ${name} on chunks using hnsw ((embedding::vector(${dims})) vector_cosine_ops) where dims = ${dims}`)
+  })
+}

@@ -1,0 +1,146 @@
+import type { ListQuery } from '../../lib/lists'
+import { DOCUMENT_MACHINE_VERSION, type DocumentContext, type DocumentStatus } from '../../machines/document.machine'
+import type { Persisted } from '../../machines/runner'
+import type { Sql, Tx } from '../db'
+import type { LeaseTable } from '../leases'
+import { listClauses } from '../lists'
+import { writeRowTransition } from '../transitions'
+
+/** Documents: their rows, their leases and the document machine's transitions. */
+export interface DocumentRow {
+  id: string
+  knowledge_base_id: string
+  workspace_id: string
+  name: string
+  doc_type: string
+  group: string | null
+  size_bytes: number
+  sha256: string
+  metadata: Record<string, unknown>
+  status: DocumentStatus
+  error: { code: string; message: string } | null
+  snapshot: Persisted<DocumentContext>
+  machine_version: number
+  lease_owner: string | null
+  lease_until: Date | null
+  attempts: number
+  /** Parsing and chunking started (at each claim) and not finished since (migration 00009). */
+  processing_attempts: number
+  generation: number
+  live_generation: number | null
+  chunks_count: number
+  indexed_at: Date | null
+  created_by: string
+  created_at: Date
+  updated_at: Date
+}
+
+export async function insertDocument(
+  sql: Sql,
+  d: Pick<DocumentRow, 'id' | 'knowledge_base_id' | 'workspace_id' | 'name' | 'doc_type' | 'group' | 'size_bytes' | 'sha256' | 'metadata' | 'status' | 'snapshot' | 'machine_version' | 'created_by'>,
+): Promise<DocumentRow> {
+  const [row] = await sql<DocumentRow[]>`
+    insert into documents (id, knowledge_base_id, workspace_id, name, doc_type, "group", size_bytes, sha256, metadata, status, snapshot, machine_version, created_by)
+    values (${d.id}, ${d.knowledge_base_id}, ${d.workspace_id}, ${d.name}, ${d.doc_type}, ${d.group}, ${d.size_bytes}, ${d.sha256},
+            ${sql.json(d.metadata as never)}, ${d.status}, ${sql.json(d.snapshot as never)}, ${d.machine_version}, ${d.created_by})
+    returning *`
+  return row!
+}
+
+export async function findDocument(sql: Sql, id: string): Promise<DocumentRow | null> {
+  const [row] = await sql<DocumentRow[]>`select * from documents where id = ${id}`
+  return row ?? null
+}
+
+export async function lockDocument(tx: Tx, id: string): Promise<DocumentRow | null> {
+  const [row] = await tx<DocumentRow[]>`select * from documents where id = ${id} for update`
+  return row ?? null
+}
+
+export async function listDocuments(sql: Sql, kbId: string, q: ListQuery): Promise<DocumentRow[]> {
+  const c = listClauses(sql, q)
+  return sql<DocumentRow[]>`select * from documents where knowledge_base_id = ${kbId} ${c.and} order by ${c.orderBy} limit ${c.limit}`
+}
+
+export async function deleteDocument(sql: Sql, id: string): Promise<DocumentRow | null> {
+  const [row] = await sql<DocumentRow[]>`delete from documents where id = ${id} returning *`
+  return row ?? null
+}
+
+/** Every document of a base being ingested, for a re-embed (a new generation of each, in one statement). */
+export async function documentsOf(sql: Sql, kbId: string): Promise<DocumentRow[]> {
+  return sql<DocumentRow[]>`select * from documents where knowledge_base_id = ${kbId} order by created_at, id`
+}
+
+/**
+ * Documents a worker holds (src/store/leases.ts): those being ingested. `attempts` counts the
+ * claims, `processing_attempts` the parsing runs started since the last that finished (every claim
+ * parses again): both are counted at the claim, before any work, so a process that dies on a
+ * document has counted it (a document that kills its workers fails after a few). A worker stopping
+ * cleanly gives its documents back, and a parsing run it cut short is not the document's fault.
+ */
+export const documentLeases: LeaseTable = {
+  table: 'documents',
+  states: ['parsing', 'chunking', 'embedding'],
+  version: DOCUMENT_MACHINE_VERSION,
+  onClaim: (sql) => sql`, attempts = attempts + 1, processing_attempts = processing_attempts + 1`,
+  onRelease: (sql) => sql`, processing_attempts = greatest(processing_attempts - 1, 0)`,
+}
+
+/** The document process answered for this claim: its parsing no longer counts towards poison_document. */
+export async function finishDocumentProcessing(sql: Sql, id: string, owner: string): Promise<void> {
+  await sql`update documents set processing_attempts = 0 where id = ${id} and lease_owner = ${owner}`
+}
+
+/** Which document a transition applies to: as last read (status and generation), and for a worker its lease. */
+export interface DocumentGuard {
+  id: string
+  status: DocumentStatus
+  generation: number
+  owner?: string
+}
+
+export interface DocumentWrite {
+  status: DocumentStatus
+  snapshot: Persisted<DocumentContext>
+  generation: number
+  error?: DocumentRow['error']
+  /** Ready: this generation becomes the searched one, the others' chunks are deleted, in the same statement. */
+  ready?: { chunks: number }
+  /** Back to the queue (a reparse or a restart): attempts start again and a lease held on the old generation is let go. */
+  requeue?: boolean
+}
+
+/**
+ * A transition of a document in one statement: the row, and when given the outbox event (its
+ * `data` gains `indexed_at` and `chunks_count` when the document became ready). A ready transition
+ * swaps the generations atomically: the new chunks become the searched ones and the old are
+ * deleted. Null when the guard no longer holds (deleted, taken over, moved on).
+ */
+export async function writeDocumentTransition(sql: Sql, guard: DocumentGuard, w: DocumentWrite, outbox?: { type: string; data: Record<string, unknown> }): Promise<DocumentRow | null> {
+  const settled = w.status === 'ready' || w.status === 'failed'
+  const set = sql`
+      status = ${w.status},
+      snapshot = ${sql.json(w.snapshot as never)},
+      generation = ${w.generation},
+      error = ${w.error === undefined ? sql`error` : sql.json(w.error as never)},
+      live_generation = ${w.ready ? w.generation : sql`live_generation`},
+      chunks_count = ${w.ready ? w.ready.chunks : sql`chunks_count`},
+      indexed_at = ${w.ready ? sql`now()` : sql`indexed_at`},
+      lease_owner = ${settled || w.requeue ? null : sql`lease_owner`},
+      lease_until = ${settled || w.requeue ? null : sql`lease_until`},
+      attempts = ${w.requeue ? 0 : sql`attempts`},
+      processing_attempts = ${w.requeue ? 0 : sql`processing_attempts`}`
+  const guarded = sql`id = ${guard.id} and status = ${guard.status} and generation = ${guard.generation}
+      ${guard.owner === undefined ? sql`` : sql`and lease_owner = ${guard.owner}`}`
+  const swap = w.ready ? sql`, s as (delete from chunks where document_id = (select id from u) and generation <> ${w.generation})` : sql``
+  const readiness = sql`jsonb_build_object('chunks_count', u.chunks_count, 'indexed_at', to_char(u.indexed_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))`
+  return writeRowTransition<DocumentRow>(sql, {
+    table: 'documents',
+    set,
+    guard: guarded,
+    version: DOCUMENT_MACHINE_VERSION,
+    with: swap,
+    outbox: outbox && { ...outbox, extra: w.ready ? readiness : undefined },
+  })
+}
