@@ -7,8 +7,9 @@ import { RUN_TIMER, RunWorker } from './runs'
 import { DELIVERY_TIMER, DeliveryWorker } from './webhook-deliveries'
 
 /**
- * The job catalog: every background worker of the service, started together by main.ts (API and
- * workers in one process) or src/worker.ts (workers only). Several processes may run them at once.
+ * The job catalog: every background worker of the service, started together by src/main.ts, in the
+ * process that also serves the API (`bun start`) or in a process of workers only (`bun run worker`,
+ * `src/main.ts worker`). Several processes may run them at once (docs/architecture.md, "Process roles").
  */
 export interface Workers {
   fanOut: FanOut
