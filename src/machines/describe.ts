@@ -315,6 +315,24 @@ function toMermaid(root: AnyStateNode, nodes: AnyStateNode[], edges: Edge[]): st
   const label = (e: Edge) => mermaidText(e.guard === undefined ? e.event : `${e.event} [${e.guard}]`)
   const internalLabel = (e: Edge) => mermaidText(`${e.guard === undefined ? e.event : `${e.event} [${e.guard}]`}${e.actions.length ? ` / ${e.actions.join(', ')}` : ''}`)
 
+  /**
+   * One arrow per pair of states, its label every transition between them, a line each: Mermaid's
+   * layout places the labels of parallel arrows between the same two states on top of each other
+   * (the delivery machine's three ways from sending to failed were unreadable).
+   */
+  const grouped = (list: Edge[]): [string, string, string][] => {
+    const pairs = new Map<string, [string, string, string[]]>()
+    for (const e of list) {
+      for (const t of e.targets) {
+        const key = `${idOf(e.source)} ${idOf(t)}`
+        const pair = pairs.get(key) ?? [idOf(e.source), idOf(t), []]
+        pair[2].push(label(e))
+        pairs.set(key, pair)
+      }
+    }
+    return [...pairs.values()].map(([from, to, labels]) => [from, to, labels.join('<br>')])
+  }
+
   // Transitions between siblings are drawn inside their parent's block, the others after all blocks.
   const inner = new Map<AnyStateNode, Edge[]>()
   const outer: Edge[] = []
@@ -353,15 +371,13 @@ function toMermaid(root: AnyStateNode, nodes: AnyStateNode[], edges: Edge[]): st
       }
       if (child.type === 'final') lines.push(`${indent}${id} --> [*]`)
     })
-    for (const e of inner.get(node) ?? []) for (const t of e.targets) lines.push(`${indent}${idOf(e.source)} --> ${idOf(t)} : ${label(e)}`)
+    for (const [from, to, text] of grouped(inner.get(node) ?? [])) lines.push(`${indent}${from} --> ${to} : ${text}`)
   }
   block(root, '  ')
 
   if (outer.some((e) => e.source === root)) lines.push(`  state "(any state)" as ${ANY_STATE_ID}`)
-  for (const e of outer) {
-    if (e.targets.length === 0) lines.push(`  ${ANY_STATE_ID} : ${internalLabel(e)}`)
-    for (const t of e.targets) lines.push(`  ${idOf(e.source)} --> ${idOf(t)} : ${label(e)}`)
-  }
+  for (const e of outer) if (e.targets.length === 0) lines.push(`  ${ANY_STATE_ID} : ${internalLabel(e)}`)
+  for (const [from, to, text] of grouped(outer)) lines.push(`  ${from} --> ${to} : ${text}`)
 
   // Descriptions of compound and parallel states, which Mermaid draws as boxes with only a title.
   for (const node of nodes) {

@@ -253,6 +253,31 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
     expect(names.length).toBeGreaterThanOrEqual(3)
     await waitFor(async () => (await page.locator('figure.diagram svg').count()) === names.length, { what: 'every diagram drawn' })
     for (const name of names) expect(await page.locator(`figure[data-machine="${name}"] svg`).count()).toBe(1)
+    // Every label readable as drawn: no transition label over another, none over a state.
+    for (const name of names) {
+      const overlaps = await page.evaluate((machine) => {
+        type Box = { what: string; x: number; y: number; w: number; h: number }
+        const svg = document.querySelector(`figure[data-machine="${machine}"] svg`)!
+        const boxes = (selector: string, what: (el: Element) => string): Box[] =>
+          [...svg.querySelectorAll(selector)]
+            .map((el) => ({ el, r: el.getBoundingClientRect() }))
+            .filter(({ r }) => r.width > 1 && r.height > 1)
+            .map(({ el, r }) => ({ what: what(el), x: r.x, y: r.y, w: r.width, h: r.height }))
+        const labels = boxes('g.edgeLabel', (el) => `label "${el.textContent?.trim()}"`)
+        const states = boxes('g.node', (el) => `state "${el.textContent?.trim().slice(0, 30)}"`)
+        // One pixel of slack: touching is not overlapping.
+        const hit = (a: Box, b: Box) => a.x + 1 < b.x + b.w && b.x + 1 < a.x + a.w && a.y + 1 < b.y + b.h && b.y + 1 < a.y + a.h
+        const found: string[] = []
+        labels.forEach((a, i) => {
+          for (const b of labels.slice(i + 1)) if (hit(a, b)) found.push(`${a.what} over ${b.what}`)
+          for (const s of states) if (hit(a, s)) found.push(`${a.what} over ${s.what}`)
+        })
+        return { found, labels: labels.length, states: states.length }
+      }, name)
+      expect(overlaps.labels).toBeGreaterThan(0)
+      expect(overlaps.states).toBeGreaterThan(0)
+      expect({ machine: name, overlaps: overlaps.found }).toEqual({ machine: name, overlaps: [] })
+    }
   }, 30_000)
 
   test('the agent chat panel streams the answer with its tool calls', async () => {

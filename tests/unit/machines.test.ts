@@ -176,7 +176,8 @@ describe('every kind of state (an ad-hoc machine)', () => {
     expect(m).toMatch(/ {2}state both \{\n {4}state "left" as both_left \{[\s\S]*\n {4}--\n {4}state "right" as both_right \{/)
     expect(m).toContain('  done --> [*]\n')
     expect(m).toContain('  idle --> done : after 1000\n')
-    expect(m).toContain('  idle --> running : after SHORT [inline.1]\n')
+    // Two transitions between the same states: one arrow, a label line each (parallel arrows' labels overlap).
+    expect(m).toContain('  idle --> running : START [and(ready, not(big))]<br>after SHORT [inline.1]\n')
     expect(m).toContain('  running --> both : onDone\n')
     expect(m).toContain('  both_right_c --> running_working : JUMP\n')
     expect(m).toContain('  any_state_ --> idle : RESET\n')
