@@ -27,6 +27,17 @@ export interface LeaseTable {
 }
 
 const empty = (sql: Sql) => sql``
+
+/**
+ * `status in ('a', 'b')` and the version as literals, not parameters: the claimable rows' partial
+ * indexes (`where status = 'running'`) serve only a query whose own condition proves their
+ * predicate, which a parameter does not once Postgres switches a prepared statement to its generic
+ * plan. The states and the version are the code's own constants, checked here.
+ */
+function claimableStates(sql: Sql, t: LeaseTable) {
+  if (!t.states.every((st) => /^[a-z_]+$/.test(st)) || !Number.isInteger(t.version)) throw new Error(`bad lease table ${t.table}`)
+  return sql.unsafe(`status in (${t.states.map((st) => `'${st}'`).join(', ')})`)
+}
 const until = (sql: Sql, leaseMs: number) => sql`now() + ${leaseMs}::int * interval '1 millisecond'`
 
 /**
@@ -38,8 +49,8 @@ export async function claim<Row extends object>(sql: Sql, t: LeaseTable, owner: 
     update ${sql(t.table)} set lease_owner = ${owner}, lease_until = ${until(sql, leaseMs)} ${(t.onClaim ?? empty)(sql)}
     where id in (
       select id from ${sql(t.table)}
-      where status in ${sql(t.states as string[])} and (lease_until is null or lease_until < now())
-        and machine_version <= ${t.version} ${(t.claimable ?? empty)(sql)}
+      where ${claimableStates(sql, t)} and (lease_until is null or lease_until < now())
+        and machine_version <= ${sql.unsafe(String(t.version))} ${(t.claimable ?? empty)(sql)}
       order by created_at limit ${limit} for update skip locked)
     returning *`
 }
@@ -49,7 +60,7 @@ export async function heartbeat(sql: Sql, t: LeaseTable, owner: string, ids: str
   if (ids.length === 0) return []
   const rows = await sql<{ id: string }[]>`
     update ${sql(t.table)} set lease_until = ${until(sql, leaseMs)}
-    where id in ${sql(ids)} and lease_owner = ${owner} and status in ${sql(t.states as string[])}
+    where id in ${sql(ids)} and lease_owner = ${owner} and ${claimableStates(sql, t)}
     returning id`
   return rows.map((r) => r.id)
 }
@@ -63,5 +74,5 @@ export async function release(sql: Tx | Sql, t: LeaseTable, owner: string, id: s
 export async function releaseAll(sql: Sql, t: LeaseTable, owner: string): Promise<void> {
   await sql`
     update ${sql(t.table)} set lease_owner = null, lease_until = null ${(t.onRelease ?? empty)(sql)}
-    where lease_owner = ${owner} and status in ${sql(t.states as string[])}`
+    where lease_owner = ${owner} and ${claimableStates(sql, t)}`
 }

@@ -257,9 +257,10 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
     for (const name of names) {
       const overlaps = await page.evaluate((machine) => {
         type Box = { what: string; x: number; y: number; w: number; h: number }
-        const svg = document.querySelector(`figure[data-machine="${machine}"] svg`)!
-        const boxes = (selector: string, what: (el: Element) => string): Box[] =>
-          [...svg.querySelectorAll(selector)]
+        // Runs in the page: its DOM, untyped here (this file is compiled without the DOM library).
+        const svg = (globalThis as any).document.querySelector(`figure[data-machine="${machine}"] svg`)
+        const boxes = (selector: string, what: (el: any) => string): Box[] =>
+          ([...svg.querySelectorAll(selector)] as any[])
             .map((el) => ({ el, r: el.getBoundingClientRect() }))
             .filter(({ r }) => r.width > 1 && r.height > 1)
             .map(({ el, r }) => ({ what: what(el), x: r.x, y: r.y, w: r.width, h: r.height }))
