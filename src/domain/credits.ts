@@ -5,6 +5,7 @@ import { emit } from '../store/events'
 import type { Caller } from './access'
 import type { ModelSpec } from './models/catalog'
 import { access } from './workspaces'
+import { round6 } from '../lib/usage'
 
 /**
  * Credits (docs/models.md, "Credits and budgets"): every model call's tokens priced by the model's
@@ -15,7 +16,7 @@ export function price(model: Pick<ModelSpec, 'pricing'>, tokensIn: number, token
   const p = model.pricing ?? {}
   const credits = (tokensIn / 1000) * (p.input_per_1k ?? 0) + (tokensOut / 1000) * (p.output_per_1k ?? 0)
   // Six decimals: the ledger's precision; rounding here keeps the API's figure and the ledger's equal.
-  return Math.round(credits * 1e6) / 1e6
+  return round6(credits)
 }
 
 /**
@@ -85,7 +86,7 @@ export async function usage(sql: Pool, caller: Caller, workspaceId: string, from
     calls: list.reduce((n, r) => n + r.calls, 0),
     tokens_in: list.reduce((n, r) => n + r.tokens_in, 0),
     tokens_out: list.reduce((n, r) => n + r.tokens_out, 0),
-    credits: round(list.reduce((n, r) => n + Number(r.credits), 0)),
+    credits: round6(list.reduce((n, r) => n + Number(r.credits), 0)),
   })
   const group = (by: (r: store.UsageRow) => string) => {
     const groups = new Map<string, store.UsageRow[]>()
@@ -105,12 +106,10 @@ export async function usage(sql: Pool, caller: Caller, workspaceId: string, from
       credits: Number(budget.credits),
       period: budget.period,
       period_start: store.periodStart(now),
-      used: round(used),
-      remaining: round(Math.max(0, Number(budget.credits) - used)),
+      used: round6(used),
+      remaining: round6(Math.max(0, Number(budget.credits) - used)),
       thresholds: budget.thresholds,
       hard_limit: budget.hard_limit,
     },
   }
 }
-
-const round = (n: number) => Math.round(n * 1e6) / 1e6

@@ -7,7 +7,7 @@ import { checkUrlShape, resolveAllowed, UnsafeUrlError, type UrlPolicy } from '.
 import type { SecretBox } from '../lib/secret-box'
 import type { Pool } from '../store/db'
 import * as deliveries from '../store/deliveries'
-import { emit } from '../store/events'
+import { emit, markEventsDispatched } from '../store/events'
 import * as store from '../store/webhooks'
 import { findWorkspaceAccess } from '../store/workspaces'
 import { authorize, type Action, type Caller } from './access'
@@ -131,7 +131,7 @@ export async function pingWebhook(d: WebhookDeps, caller: Caller, id: string): P
   const row = await d.sql.begin(async (tx) => {
     const data = { webhook_id: hook.id, message: 'This is a test event sent by the ping endpoint.' }
     const event = await emit(tx, hook.workspace_id, 'webhook.test', data)
-    await tx`update events set dispatched_at = now() where id = ${event.id}`
+    await markEventsDispatched(tx, [event.id])
     const delivery = newDelivery(d.config, { webhook_id: hook.id, event_id: event.id, event_type: 'webhook.test', data }, { manual: true, now })
     await deliveries.insertDeliveries(tx, [delivery])
     return deliveries.lockDelivery(tx, hook.id, delivery.id)

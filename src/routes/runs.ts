@@ -4,7 +4,7 @@ import * as runsDomain from '../domain/workflows/runs'
 import { invalid } from '../lib/errors'
 import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
 import { iso } from '../lib/time'
-import { listRunEvents, type RunEventRow, type RunRow } from '../store/runs'
+import type { RunEventRow, RunRow } from '../store/runs'
 import { errors, Id, ListOf, ListQuery, RequestId, Timestamp, UserId } from './common.model'
 import { authenticated } from './plugins/auth'
 import { sseResponse, type SseEvent } from './plugins/sse'
@@ -198,7 +198,7 @@ export function runRoutes(deps: Deps) {
         const abort = new AbortController()
         return sseResponse(deps, request, set, route, sseOf(runsDomain.followRun(deps, run.id, after, abort.signal)), abort) as never
       }
-      const events = await listRunEvents(deps.db.sql, run.id, after)
+      const events = await runsDomain.runEvents(deps, run.id, after)
       return { request_id: requestId, data: events.map((e) => ({ seq: e.seq, event: e.type, data: e.data, created_at: iso(e.created_at)! })) }
     }, {
       params: t.Object({ run_id: Id('run', 'Run id') }),

@@ -1,4 +1,5 @@
 import { notFound } from '../lib/errors'
+import type { Usage } from '../lib/usage'
 import type { ListQuery } from '../lib/lists'
 import type { Persisted } from '../machines/runner'
 import { RUN_MACHINE_VERSION, type RunContext } from '../machines/workflow-run.machine'
@@ -9,11 +10,8 @@ import { inWorkspaces, listClauses, type WorkspaceScope } from './lists'
 
 export type RunStatus = 'running' | 'completed' | 'failed' | 'cancelled'
 
-export interface RunUsage {
-  tokens_in: number
-  tokens_out: number
-  credits: number
-}
+/** A run's usage: tokens and credits (src/lib/usage.ts). */
+export type RunUsage = Usage
 
 export interface RunRow {
   id: string

@@ -14,6 +14,7 @@ import { inputSpec, validateInputs } from '../workflows/graph'
 import { createRun, waitForRun } from '../workflows/runs'
 import { loadOwnedWithRole } from '../workspaces'
 import { agentTools, parseArguments, runTool, searchPassages, type Tool, type ToolContext } from './tools'
+import { round6 } from '../../lib/usage'
 
 export interface ChatInput {
   message: string
@@ -315,8 +316,6 @@ class TurnRunner {
     return produced ? id : null
   }
 }
-
-const round6 = (n: number) => Math.round(n * 1e6) / 1e6
 
 function answerOf(outputs: Record<string, unknown>): string {
   for (const key of ['answer', 'text']) if (typeof outputs[key] === 'string') return outputs[key] as string

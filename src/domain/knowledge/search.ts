@@ -5,6 +5,7 @@ import type { Tx } from '../../store/db'
 import * as store from '../../store/knowledge'
 import type { Caller } from '../access'
 import { loadKnowledgeBase } from './bases'
+import { round6 } from '../../lib/usage'
 
 /** top_k 1..100, default 5 (docs/knowledge.md, "Search"). */
 export const DEFAULT_TOP_K = 5
@@ -132,8 +133,7 @@ export function fuse(lists: store.ChunkHit[][]): Ranked[] {
 }
 
 function toResult(h: store.ChunkHit, score: number): SearchResult {
-  const round = (x: number) => Math.round(x * 1e6) / 1e6
-  return { chunk_id: h.chunk_id, document_id: h.document_id, document_name: h.document_name, content: h.content, score: round(score), similarity: round(similarity(h.distance)), metadata: h.metadata }
+  return { chunk_id: h.chunk_id, document_id: h.document_id, document_name: h.document_name, content: h.content, score: round6(score), similarity: round6(similarity(h.distance)), metadata: h.metadata }
 }
 
 /**

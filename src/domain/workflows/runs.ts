@@ -75,6 +75,11 @@ export async function cancelRun(deps: Deps, caller: Caller, runId: string): Prom
   return row
 }
 
+/** The run's stored events after `afterSeq` (the run as loaded by loadRun). */
+export function runEvents(deps: Deps, runId: string, afterSeq: number): Promise<runs.RunEventRow[]> {
+  return runs.listRunEvents(deps.db.sql, runId, afterSeq)
+}
+
 /**
  * Waits until the run is no longer running, or `timeoutMs` passes; answers the latest row either
  * way. Woken by the run's pub/sub channel (any process), with a slow poll as a safety net.

@@ -1,6 +1,7 @@
 import type { Sql } from '../../store/db'
 import { runDefinition, type RunContext, type RunEvent } from '../../machines/workflow-run.machine'
 import { commitTransition, type MachineIO } from '../machines'
+import { addUsage } from '../../lib/usage'
 import * as runs from '../../store/runs'
 import type { RedisPort } from '../../store/redis'
 
@@ -74,10 +75,6 @@ export function commitRun(sql: Sql, run: runs.RunRow, events: RunEvent[], extra:
 /** After commit: streams and waiters in any process read on. */
 export async function published(redis: RedisPort, row: runs.RunRow): Promise<void> {
   await redis.publish(runChannel(row.id), `${row.next_seq - 1} ${row.status}`).catch(() => {})
-}
-
-function addUsage(a: runs.RunUsage, b: runs.RunUsage): runs.RunUsage {
-  return { tokens_in: a.tokens_in + b.tokens_in, tokens_out: a.tokens_out + b.tokens_out, credits: Math.round((a.credits + b.credits) * 1e6) / 1e6 }
 }
 
 /** The webhook payload of the run's end (the store adds `duration_ms`). */
