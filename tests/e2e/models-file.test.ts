@@ -7,7 +7,7 @@ import { startFakeProvider, type FakeProvider } from '../helpers/fake-provider'
 import { apiCall, EMBEDDED, killAll, runToExit, spawnService } from '../helpers/process'
 
 /**
- * MODELS_FILE at start-up (CONTRACT 10): a bad file stops `bun run src/main.ts` with exit code 2 and
+ * MODELS_FILE at start-up (docs/models.md): a bad file stops `bun run src/main.ts` with exit code 2 and
  * a message naming the bad field; a good one is merged over the built-in local models.
  */
 let tmp: string

@@ -10,7 +10,7 @@ import { waitFor } from '../helpers/harness'
 import { apiCall, EMBEDDED, killAll, spawnService, type ServiceProcess } from '../helpers/process'
 
 /**
- * Runs survive their process (CONTRACT 7): the real service as a subprocess.
+ * Runs survive their process (docs/api.md, "Runs"): the real service as a subprocess.
  * (a) Embedded: SIGKILLed while an http_request node is in flight, restarted on the same DATA_DIR;
  *     the run resumes from its snapshot once the dead worker's lease expires, runs the node again,
  *     and finishes exactly once (one `done`, one outbox event, one webhook delivery).

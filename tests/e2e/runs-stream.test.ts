@@ -7,7 +7,7 @@ import { apiCall, killAll, type ServiceProcess } from '../helpers/process'
 import { chain, parseSse, type Ev } from '../helpers/runs'
 
 /**
- * A run executed by one process, watched and steered through another (spec 4.3): an API-only
+ * A run executed by one process, watched and steered through another (docs/workflows.md, "Runs"): an API-only
  * process (`src/main.ts api`, no workers) and one worker-only process on one Postgres and one Redis.
  * Everything the API process shows of a run (SSE trigger, Last-Event-ID resume, a sync answer) and
  * the cancel it accepts reach it, or leave it, through the shared database and Redis pub/sub.

@@ -139,7 +139,7 @@ export function allFiles(h: Harness): string[] {
   return readdirSync(root).flatMap((kb) => readdirSync(join(root, kb)).map((f) => `${kb}/${f}`)).sort()
 }
 
-/** CONTRACT 2: `{ request_id, error: { code, message, param?, details? } }`, nothing else. */
+/** docs/api.md, "Errors": `{ request_id, error: { code, message, param?, details? } }`, nothing else. */
 export function expectError(res: Answer, status: number, code: string, param?: string) {
   expect({ status: res.status, code: res.body?.error?.code }).toEqual({ status, code })
   expect(res.headers.get('content-type')).toContain('application/json')

@@ -4,7 +4,7 @@ import { keyFor, startHarness, workspaceOf, type Harness } from '../helpers/harn
 import { createKb, expectError } from '../helpers/knowledge'
 
 /**
- * Agent errors over HTTP (CONTRACT 2 and 13, spec 4.2): definitions the service refuses (400 naming
+ * Agent errors over HTTP (docs/agents.md, docs/api.md "Errors"): definitions the service refuses (400 naming
  * the field), chat bodies it refuses, conversations that are not this agent's or user's (404), a
  * disabled agent (409). Nothing is stored by a refused request. WEBHOOK_ALLOW_HTTP is off (default).
  */

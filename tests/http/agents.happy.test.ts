@@ -5,7 +5,7 @@ import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '..
 import { createKb, settled, uploadText } from '../helpers/knowledge'
 
 /**
- * Agents and conversations over HTTP (spec 4.2, CONTRACT 9 and 13): definitions, conversations and
+ * Agents and conversations over HTTP (docs/agents.md): definitions, conversations and
  * their history, a local-chat agent answering from a real knowledge base, a chatflow answering with
  * its workflow's run, and the agent.message.received outbox event. The workers run (documents, runs).
  */
@@ -299,7 +299,7 @@ describe('answers', () => {
 })
 
 describe('events', () => {
-  test('each user message writes agent.message.received to the outbox with CONTRACT 9\'s payload', async () => {
+  test('each user message writes agent.message.received to the outbox with the payload of docs/webhooks.md', async () => {
     const a = await createAgent(h, owner, ws, { name: 'Announcer' })
     const first = await chatOk(h, owner, a.id, { message: 'first words', user_id: 'end-ev' })
     await chatOk(h, owner, a.id, { message: 'second words', user_id: 'end-ev', conversation_id: first.conversation_id })

@@ -4,7 +4,7 @@ import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '..
 import { expectError } from '../helpers/knowledge'
 
 /**
- * Who may do what with agents and conversations (CONTRACT 3): another workspace's agents and
+ * Who may do what with agents and conversations (docs/api.md, "Keys, roles and workspaces"): another workspace's agents and
  * conversations are 404 (existence never leaks); readonly may read but not chat; user may chat but
  * not build; below developer a caller sees only the conversations of its own key's user_id.
  */
@@ -148,7 +148,7 @@ describe('conversations below developer: only the caller\'s own user_id', () => 
     expect(res.body.data).toMatchObject({ id: conv.user, user_id: 'as-user', message_count: 2 })
   })
 
-  // CONTRACT 3 gives role user "conversations of its own user_id": naming another user_id in the body
+  // docs/api.md ("Keys, roles and workspaces") gives role user "conversations of its own user_id": naming another user_id in the body
   // must not let a user-role key continue (and so read, through the model's context) another user's conversation.
   // Fails as built: prepareTurn (src/domain/agents/chat.ts) compares the conversation's user_id with the body's only.
   test('a user cannot continue another user\'s conversation by naming that user_id', async () => {

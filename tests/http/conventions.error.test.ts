@@ -33,7 +33,7 @@ const SECURITY_HEADERS = {
   'cache-control': 'no-store',
 }
 
-/** CONTRACT 2: `{ request_id, error: { code, message, param?, details? } }`, nothing else, nothing internal. */
+/** docs/api.md, "Errors": `{ request_id, error: { code, message, param?, details? } }`, nothing else, nothing internal. */
 function expectError(res: Answer, status: number, code: string) {
   expect({ status: res.status, code: res.body?.error?.code }).toEqual({ status, code })
   expect(res.headers.get('content-type')).toStartWith('application/json')

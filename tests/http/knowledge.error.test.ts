@@ -3,7 +3,7 @@ import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '..
 import { allFiles, count, createKb, expectError, filesOf, fixture, sendForm, upload, uploadForm, uploadText } from '../helpers/knowledge'
 
 /**
- * Knowledge-base errors over HTTP (docs/knowledge.md, CONTRACT 2, 3 and 8): upload limits and types,
+ * Knowledge-base errors over HTTP (docs/knowledge.md, docs/api.md): upload limits and types,
  * malformed fields, search validation, another workspace's bases and documents (404), and roles
  * (403). No workers run: documents stay `parsing`, which these tests never need to change.
  */
@@ -225,7 +225,7 @@ describe("another workspace's base and documents answer 404, and nothing changes
   })
 })
 
-describe('roles (CONTRACT 3): readonly and user members read and search, only developers change', () => {
+describe('roles (docs/api.md, "Keys, roles and workspaces"): readonly and user members read and search, only developers change', () => {
   const keys: Record<string, string> = {}
   beforeAll(async () => {
     for (const role of ['readonly', 'user', 'developer']) {

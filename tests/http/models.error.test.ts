@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { countTokens } from '../../src/lib/tokens'
 import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '../helpers/harness'
 
-/** Refusals of spec 4.5 and the OpenAI drop-ins: every one in the error shape of CONTRACT 2. */
+/** Refusals of the model endpoints and the OpenAI drop-ins: every one in the error shape of docs/api.md ("Errors"). */
 let h: Harness
 let alice: string
 let ws: string
@@ -14,7 +14,7 @@ beforeAll(async () => {
 })
 afterAll(() => h?.close())
 
-/** CONTRACT 2: `{ request_id, error: { code, message, param?, details? } }`, nothing else, nothing internal. */
+/** docs/api.md, "Errors": `{ request_id, error: { code, message, param?, details? } }`, nothing else, nothing internal. */
 function expectError(res: Answer, status: number, code: string, param?: string) {
   expect({ status: res.status, code: res.body?.error?.code, param: res.body?.error?.param }).toEqual({ status, code, param: param ?? res.body?.error?.param })
   if (param !== undefined) expect(res.body.error.param).toBe(param)
@@ -145,7 +145,7 @@ describe('bad bodies', () => {
     expectError(await post('/v1/models/rerank', body), 400, 'validation_error', param)
   })
 
-  test('an unknown field on the spec endpoints → 400 naming it', async () => {
+  test('an unknown field on the /v1/models endpoints → 400 naming it', async () => {
     const calls: [string, unknown][] = [
       ['/v1/models/llm/chat', { model: 'local-chat', messages: USER, frequency_penalty: 0.5 }],
       ['/v1/models/embeddings', { model: 'local-embed', input: ['x'], frequency_penalty: 0.5 }],

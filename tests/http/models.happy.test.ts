@@ -7,7 +7,7 @@ import { startFakeProvider, type FakeProvider } from '../helpers/fake-provider'
 import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '../helpers/harness'
 
 /**
- * Spec 4.5 and the OpenAI drop-ins through the real app in-process. The local models answer most
+ * The model endpoints (docs/models.md) and the OpenAI drop-ins through the real app in-process. The local models answer most
  * calls; a MODELS_FILE adds models routed to a loopback fake provider (shape checks of an upstream
  * answer) and one priced model served by local-chat (so credits are not all 0).
  */
@@ -73,7 +73,7 @@ describe('GET /v1/models', () => {
     { id: 'local-rerank', object: 'model', type: 'rerank', vendor: 'local' },
   ]
 
-  test('lists the three local models with the fields of spec 2, and the file\'s models', async () => {
+  test('lists the three local models with the fields of docs/models.md, and the file\'s models', async () => {
     const res = await h.call('GET', '/v1/models', { key: alice })
     expect(res.status).toBe(200)
     expect(Object.keys(res.body).sort()).toEqual(['data', 'object', 'request_id'])
@@ -327,7 +327,7 @@ describe('embeddings and rerank', () => {
     expect(alone.body.data[0].embedding).toEqual(res.body.data[1].embedding)
   })
 
-  test('POST /v1/models/rerank: results sorted by relevance, top_n honoured, the shape of CONTRACT 10', async () => {
+  test('POST /v1/models/rerank: results sorted by relevance, top_n honoured, the shape of docs/models.md', async () => {
     const documents = ['Our office is in Paris.', 'Refunds take 5 days after the refund request.', 'The refund form is online.', 'Lunch is at noon.']
     const res = await h.call('POST', '/v1/models/rerank', { key: alice, body: { model: 'local-rerank', query: 'refund', documents } })
     expect(res.status).toBe(200)
@@ -360,7 +360,7 @@ describe('embeddings and rerank', () => {
 })
 
 describe('OpenAI drop-ins', () => {
-  test('POST /v1/chat/completions: the same answer as the spec endpoint', async () => {
+  test('POST /v1/chat/completions: the same answer as /v1/models/llm/chat', async () => {
     const spec = await chat({ model: 'local-chat', messages: MESSAGES })
     const res = await chat({ model: 'local-chat', messages: MESSAGES, n: 1, frequency_penalty: 0, store: false }, { path: '/v1/chat/completions' })
     expect(res.status).toBe(200)

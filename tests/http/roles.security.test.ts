@@ -39,7 +39,7 @@ type Snapshot = Awaited<ReturnType<typeof snapshot>>
 
 interface Action {
   name: string
-  /** The lowest role allowed (CONTRACT 3). */
+  /** The lowest role allowed (docs/api.md, "Keys, roles and workspaces"). */
   needs: Role
   setup?: (s: Scene) => Promise<void>
   call: (s: Scene, key: string) => Promise<Answer>
@@ -135,7 +135,7 @@ async function scene(role: Role): Promise<{ s: Scene; key: string }> {
   return { s, key: await keyFor(h, actor) }
 }
 
-describe('role matrix (CONTRACT 3)', () => {
+describe('role matrix (docs/api.md, "Keys, roles and workspaces")', () => {
   const table = ROLES.flatMap((role) => actions.map((a) => [role, a.name, rank[role] >= rank[a.needs] ? '2xx' : '403'] as const))
 
   test.each(table)('%s: %s → %s', async (role, name, expected) => {

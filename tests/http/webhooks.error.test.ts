@@ -24,7 +24,7 @@ const GOOD = { url: PUBLIC_URL, events: ['workflow.run.completed'], secret: 'a-g
 const UNKNOWN_WEBHOOK = 'whk_01jbz3k9x8q7r6s5t4v3w2y1z0'
 const UNKNOWN_DELIVERY = 'dlv_01jbz3k9x8q7r6s5t4v3w2y1z0'
 
-/** CONTRACT 2: `{ request_id, error: { code, message, param?, details? } }`, nothing else. */
+/** docs/api.md, "Errors": `{ request_id, error: { code, message, param?, details? } }`, nothing else. */
 function expectError(res: Answer, status: number, code: string, param?: string) {
   expect(res.status).toBe(status)
   expect(res.headers.get('content-type')).toContain('application/json')

@@ -146,7 +146,7 @@ describe('SSRF at registration (default policy)', () => {
   })
 })
 
-describe('roles (CONTRACT 3)', () => {
+describe('roles (docs/api.md, "Keys, roles and workspaces")', () => {
   let team: string
   const keys: Record<string, string> = {}
   let hook: string

@@ -11,7 +11,7 @@ const wsPath = (id: string) => `/v1/workspaces/${id}`
 let seq = 0
 const uid = (p: string) => `we-${p}-${++seq}`
 
-/** A CONTRACT 2 error body: the code, a human message, the request id of the header. */
+/** An error body (docs/api.md, "Errors"): the code, a human message, the request id of the header. */
 function expectError(res: Answer, status: number, code: string) {
   expect({ status: res.status, code: res.body?.error?.code }).toEqual({ status, code })
   expect(res.body.error.message).toBeString()

@@ -10,7 +10,7 @@ import { createKb, expectError, settled, uploadText } from '../helpers/knowledge
 import { chain, end, start, tpl } from '../helpers/runs'
 
 /**
- * Synchronous agent chat (spec 4.2, CONTRACT 13) through the real app, its workers and the gateway,
+ * Synchronous agent chat (docs/agents.md) through the real app, its workers and the gateway,
  * against a loopback model provider (each test has a catalogue model of its own, upstream `<id>-up`,
  * so scripts and recorded requests never mix) and a loopback HTTP receiver for `http` tools. A second
  * harness keeps the default SSRF rule for private addresses (http allowed, loopback refused).

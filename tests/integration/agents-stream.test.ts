@@ -6,7 +6,7 @@ import { pricedLlm } from '../helpers/agents'
 import { keyFor, startHarness, waitFor, workspaceOf, type Answer, type Harness } from '../helpers/harness'
 
 /**
- * Streamed agent chat (spec 4.2: `stream: true` with `Accept: text/event-stream`) through the real
+ * Streamed agent chat (docs/agents.md: `stream: true` with `Accept: text/event-stream`) through the real
  * app against a loopback model provider (a catalogue model per test, upstream `<id>-up`) and a
  * loopback HTTP receiver for the `http` tool. The disconnect case goes through a real HTTP server.
  */

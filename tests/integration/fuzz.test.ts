@@ -8,7 +8,7 @@ import { startHarness, waitFor, type Harness } from '../helpers/harness'
  * Every route of the OpenAPI document, fed random and boundary inputs built from its own schemas
  * (fast-check): path parameters (real ids, junk, traversal, huge), query parameters, JSON bodies that
  * follow the schema, break it at its bounds or ignore it, wrong content types and Idempotency-Keys.
- * Every answer must come within a time bound, never be a 500, and every error must have CONTRACT 2's
+ * Every answer must come within a time bound, never be a 500, and every error must have the error shape's (docs/api.md, "Errors")
  * shape with the status its code maps to. Seeded, so a failure replays: FUZZ_SEED=<n> FUZZ_RUNS=<n>.
  */
 type Schema = {
@@ -281,7 +281,7 @@ function check(res: { status: number; headers: Headers; text: string }): string 
   }
   const e = body?.error
   if (typeof body?.request_id !== 'string' || body.request_id !== res.headers.get('x-request-id')) return `error without its request_id: ${res.text.slice(0, 200)}`
-  if (!e || typeof e.code !== 'string' || typeof e.message !== 'string') return `error not of CONTRACT 2's shape: ${res.text.slice(0, 200)}`
+  if (!e || typeof e.code !== 'string' || typeof e.message !== 'string') return `error not of the error shape of docs/api.md ("Errors"): ${res.text.slice(0, 200)}`
   if (!(e.code in errorStatus)) return `unknown error code ${e.code}`
   if (errorStatus[e.code as keyof typeof errorStatus] !== res.status) return `code ${e.code} answered with status ${res.status}`
   if (e.param !== undefined && typeof e.param !== 'string') return 'param is not a string'
@@ -294,7 +294,7 @@ describe('fuzzing every route of the OpenAPI document', () => {
     expect(Object.keys(doc.paths).filter((p) => p.startsWith('/v1/')).length).toBeGreaterThan(40)
   })
 
-  test('no 500, no hang, every error of CONTRACT 2\'s shape', async () => {
+  test('no 500, no hang, every error of the shape of docs/api.md (Errors)', async () => {
     let sent = 0
     const statuses = new Map<string, number[]>()
     // Reads and writes first; what destroys or freezes the seeded resources (deletes, archive,

@@ -327,7 +327,7 @@ describe('streams', () => {
     expect((await failovers('sfo')).map((e) => e.data)).toEqual([{ model: 'sfo', from: 'primary/sfo-p', to: 'secondary/sfo-s', reason: 'server_error' }])
   })
 
-  test('the upstream drops after some chunks → those chunks, an error event (CONTRACT 2), no [DONE]; partial output charged', async () => {
+  test('the upstream drops after some chunks → those chunks, an error event (docs/api.md, "Errors"), no [DONE]; partial output charged', async () => {
     // Events sent: the role chunk, "one ", "two ", "three ", then the connection is reset.
     primary.script('sdrop-p', [{ chunks: ['one ', 'two ', 'three ', 'four ', 'five'], drop: 4 }])
     const res = await chat('sdrop', { stream: true })

@@ -100,7 +100,7 @@ describe('create, get, list', () => {
     expect(indexes.length).toBe(1)
   })
 
-  test('without workspace_id: the caller\'s only workspace (CONTRACT 3)', async () => {
+  test('without workspace_id: the caller\'s only workspace (docs/api.md, "Keys, roles and workspaces")', async () => {
     const solo = await keyFor(h, 'kb-solo')
     const soloWs = await workspaceOf(h, solo, 'Solo')
     const kb = await createKb(h, solo, { name: 'Resolved' })
@@ -188,7 +188,7 @@ describe('models and chunking are checked (400/404), nothing stored', () => {
     expect(kb.chunking).toEqual({ chunk_size: 256, chunk_overlap: 127 })
   })
 
-  test('the errors name the fields sent (CONTRACT 2: param is the path)', async () => {
+  test('the errors name the fields sent (docs/api.md, "Errors": param is the path)', async () => {
     const check = async (body: Record<string, unknown>, param: string) => {
       const res = await h.call('POST', '/v1/knowledge-bases', { key: owner, body: { workspace_id: ws, name: 'Param', ...body } })
       expect({ status: res.status, param: res.body.error?.param }).toEqual({ status: res.status, param })

@@ -6,8 +6,8 @@ import { chain, end, start } from '../helpers/runs'
 import corpus from '../fixtures/retrieval-corpus.json'
 
 /**
- * Search (docs/knowledge.md "Search", CONTRACT 8) and the workflow `knowledge_retrieval` node
- * (docs/workflows.md, CONTRACT 12) over the first 24 passages of tests/fixtures/retrieval-corpus.json,
+ * Search (docs/knowledge.md, "Search") and the workflow `knowledge_retrieval` node
+ * (docs/workflows.md) over the first 24 passages of tests/fixtures/retrieval-corpus.json,
  * each uploaded as one text document (one chunk) with its metadata, embedded with local-embed.
  */
 
@@ -63,7 +63,7 @@ async function search(kbId: string, body: Record<string, unknown>, key = owner) 
 const passagesOf = (results: { document_id: string }[]) => results.map((r) => docs.get(r.document_id)!.id)
 
 describe('results', () => {
-  test.each(['vector', 'hybrid', 'fulltext'] as const)('%s: spec section 2 item shape, each field the stored chunk\'s, scores in [0, 1]', async (mode) => {
+  test.each(['vector', 'hybrid', 'fulltext'] as const)('%s: the published item shape, each field the stored chunk\'s, scores in [0, 1]', async (mode) => {
     const results = await search(bases[mode], { query: 'express shipping fee for late parcels' })
     expect(results.length).toBe(5)
     for (const r of results) {

@@ -129,7 +129,7 @@ describe('outbox, lists, roles, webhooks', () => {
     expect((await env.h.call('POST', `/v1/runs/${running}/cancel`, { key: env.owner })).status).toBe(200)
   })
 
-  test('a webhook for workflow.run.completed receives the run with the spec payload', async () => {
+  test('a webhook for workflow.run.completed receives the run with the published payload', async () => {
     const hook = await env.h.call('POST', '/v1/webhooks', {
       key: env.owner,
       body: { url: `http://127.0.0.1:${env.hooks.port}/runs-hook`, events: ['workflow.run.completed'], secret: 'a-secret-of-runs', workspace_id: env.ws },

@@ -12,7 +12,7 @@ function failure(env: Record<string, string>): ConfigError {
   throw new Error(`loadConfig(${JSON.stringify(env)}) did not fail`)
 }
 
-test('an empty environment gives the defaults of CONTRACT 11', () => {
+test('an empty environment gives the defaults of docs/deployment.md', () => {
   expect(loadConfig({})).toEqual({
     port: 8080,
     host: '0.0.0.0',

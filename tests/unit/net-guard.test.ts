@@ -1,7 +1,7 @@
 import { describe, expect, test } from 'bun:test'
 import { UnsafeUrlError, checkUrlShape, isPublicAddress, resolveAllowed, type UrlPolicy } from '../../src/lib/net-guard'
 
-/** The SSRF guard of CONTRACT 9. Only loopback names and IP literals are resolved: no network. */
+/** The SSRF guard of docs/webhooks.md. Only loopback names and IP literals are resolved: no network. */
 const STRICT: UrlPolicy = { allowHttp: false, allowPrivate: false }
 const HTTP: UrlPolicy = { allowHttp: true, allowPrivate: false }
 const LOCAL: UrlPolicy = { allowHttp: true, allowPrivate: true }

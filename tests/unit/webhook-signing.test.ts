@@ -4,7 +4,7 @@ import { serviceSignature, standardKey, standardSignature } from '../../src/lib/
 import { USER_AGENT, buildRequest, parseRetryAfter } from '../../src/workers/webhook-sender'
 
 /**
- * The signatures of spec 6 and CONTRACT 9, checked against HMACs computed here with node:crypto
+ * The signatures of docs/webhooks.md, checked against HMACs computed here with node:crypto
  * alone, and the request the sender builds from them.
  */
 const hmac = (key: Buffer | string, message: string, encoding: 'hex' | 'base64') =>
@@ -64,7 +64,7 @@ describe('buildRequest', () => {
   const SECRET = 'current-secret'
   const OLD = `whsec_${randomBytes(32).toString('base64')}`
 
-  test('every header of spec 6 and Standard Webhooks, and nothing else', () => {
+  test('every header of docs/webhooks.md and Standard Webhooks, and nothing else', () => {
     const { body, headers } = buildRequest({ deliveryId: 'dlv_abc', event: 'webhook.test', data, secrets: [SECRET] }, now)
     const ts = String(Math.floor(now / 1000))
     expect(headers).toEqual({
