@@ -105,18 +105,24 @@ describe.skipIf(!databaseUrl || !redisUrl)('cluster: 2 API and 2 worker processe
         if (doc?.status === 201) accepted.documents.push(doc.body.document_id)
         if (ping?.status === 202) accepted.pings.push(ping.body.data.id)
         if (turn?.status === 200) accepted.turns.push(turn.body.conversation_id)
+        // Pacing of the load, not a wait for anything: a round of four requests every ~50 ms.
         await Bun.sleep(50)
       }
     })()
-    await Bun.sleep(1500)
+    /** Traffic has gone on: `rounds` more rounds of requests accepted than when called. */
+    const more = (rounds: number) => {
+      const from = accepted.runs.length
+      return waitFor(() => accepted.runs.length >= from + rounds, { timeoutMs: 30_000, what: `${rounds} more rounds of traffic accepted` })
+    }
+    await more(10)
     // A worker dies mid-work (its leases and claimed timers are taken over), and is replaced.
     await cluster.workers[0]!.stop('SIGKILL')
     await cluster.spawn('worker')
-    await Bun.sleep(1500)
+    await more(10)
     // An API process dies with requests in flight, and is replaced on a new port.
     await api2.stop('SIGKILL')
     api2 = await cluster.spawn('api')
-    await Bun.sleep(1500)
+    await more(10)
     stop = true
     await traffic
     console.log(`cluster traffic: ${accepted.runs.length} runs, ${accepted.documents.length} documents, ${accepted.pings.length} pings, ${accepted.turns.length} chat turns accepted; ${refused} requests refused by a dying API`)

@@ -214,6 +214,7 @@ describe('embedded: ingestion survives SIGKILL, delete and re-parse', () => {
     expect((await call('DELETE', `/v1/documents/${id}`)).status).toBe(404)
     // The batch in flight is answered; its write is refused and no next batch is asked for.
     await waitFor(() => embed.of('delete').every((r) => r.answered), { timeoutMs: 10_000, what: 'the batch in flight to be answered' })
+    // No next batch within 1.5 s: the subject is that nothing more is asked for, so a fixed wait.
     await Bun.sleep(1500)
     expect(embed.of('delete').length).toBe(requested)
     const list = await call('GET', `/v1/knowledge-bases/${kbId}/documents`)

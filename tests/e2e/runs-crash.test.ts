@@ -224,6 +224,7 @@ if (!databaseUrl || !redisUrl) {
             const pid = r.lease_owner.split(':')[0]!
             owners.set(pid, (owners.get(pid) ?? new Set()).add(r.id))
           }
+          // The sampling period, not a wait for anything.
           await Bun.sleep(2)
         }
       })()

@@ -86,6 +86,7 @@ if (!process.env.DATABASE_URL || !process.env.REDIS_URL) {
             const [row] = await db<{ lease_owner: string | null }[]>`select lease_owner from runs where id = ${id}`
             if (row?.lease_owner) pids.add(row.lease_owner.split(':')[0]!)
           }
+          // The sampling period, not a wait for anything.
           await Bun.sleep(5)
         }
         return pids

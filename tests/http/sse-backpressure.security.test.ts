@@ -98,7 +98,8 @@ test('a streaming client that never reads holds the upstream back, and its leavi
     // The service answers others meanwhile.
     const other = await fetch(`http://127.0.0.1:${service.port}/healthz`)
     expect(other.status).toBe(200)
-    // Still held a moment later.
+    // Still held half a second later: the subject is that nothing more is produced, so this waits a
+    // fixed time on purpose (there is no condition to wait for).
     await Bun.sleep(500)
     expect(produced - held).toBeLessThan(256 * 1024)
   } finally {

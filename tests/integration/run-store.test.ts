@@ -9,6 +9,7 @@ import { findRun, insertRun, parkRun, runLeases, writeTransition, type RunRow } 
 import { insertWorkflow } from '../../src/store/workflows'
 import { insertWorkspace } from '../../src/store/workspaces'
 import { freshDatabase } from '../helpers/db'
+import { waitFor } from '../helpers/harness'
 
 /**
  * The run store's one-statement transitions (src/store/runs.ts writeTransition) on a real database:
@@ -147,7 +148,9 @@ describe('writeTransition', () => {
       const [locked] = await tx<RunRow[]>`select * from runs where id = ${run.id} for update`
       // The worker's guarded write waits for the lock, then sees the cancelled row.
       const racing = commitRun(db.sql, run, [started('start')], { log: [{ type: 'node_start', data: {} }], owner })
-      await Bun.sleep(50)
+      // Server mode: until the worker's write is waiting on the row lock (pg_locks). Embedded, the one
+      // connection is the transaction's, so the write queues behind it whatever the order.
+      if (process.env.DATABASE_URL) await waitFor(async () => (await tx`select 1 from pg_locks where not granted and locktype in ('tuple', 'transactionid')`).length > 0, { what: 'the worker\'s write waiting on the row lock' })
       const saved = await commitRun(tx, locked!, [{ type: 'cancel.requested' }], { log: [] })
       return { saved, racing }
     })

@@ -78,7 +78,8 @@ describe('outbox, lists, roles, webhooks', () => {
     const list = await env.workflow(chain(start([]), end({})))
     const first = (await env.trigger(list)).body.run_id as string
     const between = (await env.runOf(first)).created_at as string
-    await Bun.sleep(5)
+    // The second run created strictly later (timestamps in ms): wait for the clock, not a fixed time.
+    await waitFor(() => Date.now() > Date.parse(between) + 1, { what: 'the clock to pass the first run' })
     const second = (await env.trigger(list)).body.run_id as string
     const get = async (q: string) => {
       const res = await env.h.call('GET', `/v1/workflows/${list}/runs?${q}`, { key: env.owner })
