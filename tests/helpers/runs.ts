@@ -58,7 +58,8 @@ export interface RunsEnv {
   target: Server<undefined>
   /** The webhook receiver: answers 200, each request recorded in `hookRequests`. */
   hooks: Server<undefined>
-  hookRequests: { path: string; headers: Record<string, string>; json: any }[]
+  /** `body` is the raw body as received (what a delivery's signature covers), `json` that body parsed. */
+  hookRequests: { path: string; headers: Record<string, string>; body: string; json: any }[]
   /** The owner of `ws`. */
   owner: string
   /** A readonly member of `ws`. */
@@ -127,7 +128,12 @@ export async function startRunsEnv(): Promise<RunsEnv> {
       hostname: '127.0.0.1',
       port: 0,
       async fetch(req) {
-        hookRequests.push({ path: new URL(req.url).pathname, headers: Object.fromEntries(req.headers), json: await req.json().catch(() => null) })
+        const body = await req.text()
+        let json: any = null
+        try {
+          json = JSON.parse(body)
+        } catch {}
+        hookRequests.push({ path: new URL(req.url).pathname, headers: Object.fromEntries(req.headers), body, json })
         return Response.json({ ok: true })
       },
     })
