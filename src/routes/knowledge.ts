@@ -13,7 +13,7 @@ import {
   SearchResults, TextUpload, toDocument, toKnowledgeBase, Uploaded, uploaded,
 } from './knowledge.model'
 import { authenticated } from './plugins/auth'
-import { STREAMED_BODY } from './plugins/conventions'
+import { STREAMED_BODY } from './plugins/bodies'
 
 const baseList: ListSpec = {
   sortable: { created_at: 'time', updated_at: 'time', name: 'text' },

@@ -41,6 +41,15 @@ export async function authenticateRequest(
   }
 }
 
+/** Authentication and the rate limit of every /v1 request, in onRequest (see authenticateRequest). */
+export function authentication(deps: Deps) {
+  const apiPrefix = `${deps.config.basePath}/v1/`
+  return new Elysia({ name: 'conventions.authentication' }).onRequest(async ({ request, set }) => {
+    const state = stateOf(request)
+    if (state.path.startsWith(apiPrefix)) await authenticateRequest(deps, request, state, set)
+  })
+}
+
 /**
  * Gives /v1 routes their `caller` and `requestId`, and takes the Idempotency-Key of write requests
  * once the body has been validated.

@@ -30,7 +30,7 @@ export type Unsubscribe = () => Promise<void>
 
 /**
  * Redis could not be reached (refused, reset, or no answer within the command time-out). Requests
- * that need it answer 503 `unavailable` with Retry-After (src/routes/plugins/conventions.ts); Redis
+ * that need it answer 503 `unavailable` with Retry-After (src/routes/plugins/errors.ts); Redis
  * itself answering with an error is a bug of ours and stays what it is.
  */
 export class RedisUnavailableError extends Error {
