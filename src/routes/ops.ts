@@ -1,8 +1,8 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps'
 import { stateOf } from './plugins/request-state'
+import { Check } from './ops.model'
 
-const Check = t.Object({ status: t.Union([t.Literal('ok'), t.Literal('down')]), kind: t.String(), error: t.Optional(t.String()) })
 const tags = ['operations']
 
 /** Liveness, readiness and metrics: no authentication, no /v1 (docs/decisions.md, "HTTP conventions"). */

@@ -2,109 +2,13 @@ import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps'
 import * as runsDomain from '../domain/workflows/runs'
 import { invalid } from '../lib/errors'
-import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
+import { parseListQuery, toPage } from '../lib/lists'
 import { iso } from '../lib/time'
-import type { RunEventRow, RunRow } from '../store/runs'
-import { errors, Id, ListOf, ListQuery, RequestId, Timestamp, UserId } from './common.model'
+import type { RunEventRow } from '../store/runs'
+import { errors, Id, ListOf, ListQuery } from './common.model'
 import { authenticated } from './plugins/auth'
 import { sseResponse, type SseEvent } from './plugins/sse'
-
-const Usage = t.Object({ tokens_in: t.Integer(), tokens_out: t.Integer(), credits: t.Number() })
-const RunError = t.Object({ code: t.String(), message: t.String(), node: t.Union([t.String(), t.Null()]) })
-const Status = t.UnionEnum(['running', 'completed', 'failed', 'cancelled'])
-
-/** The run object (docs/api.md, "Runs"): answered flat by get and cancel, and as each item of the run lists. */
-export const Run = t.Object({
-  run_id: t.String(),
-  workflow_id: t.String(),
-  workflow_version: t.Integer(),
-  status: Status,
-  inputs: t.Record(t.String(), t.Unknown()),
-  outputs: t.Record(t.String(), t.Unknown()),
-  usage: Usage,
-  error: t.Optional(RunError),
-  duration_ms: t.Union([t.Integer(), t.Null()]),
-  user_id: t.Union([t.String(), t.Null()]),
-  created_at: Timestamp,
-  finished_at: t.Union([Timestamp, t.Null()]),
-  parent_run_id: t.Null({ description: 'Reserved for runs started by another run; always null for now' }),
-  waiting: t.Null({ description: 'Reserved for what a waiting run waits on; always null for now' }),
-})
-
-/** A run answered on its own: the run object with the request id beside its fields, not in `data`. */
-const RunAnswer = t.Composite([t.Object({ request_id: RequestId }), Run])
-
-/** The synchronous run response, with `error` for a failed run (docs/workflows.md, "Runs"). */
-const SyncRun = t.Object({
-  request_id: t.String(),
-  run_id: t.String(),
-  workflow_id: t.String(),
-  status: Status,
-  duration_ms: t.Integer(),
-  outputs: t.Record(t.String(), t.Unknown()),
-  usage: Usage,
-  error: t.Optional(RunError),
-})
-
-const RunEvent = t.Object({ seq: t.Integer(), event: t.String(), data: t.Record(t.String(), t.Unknown()), created_at: Timestamp })
-
-const TriggerBody = t.Object(
-  { inputs: t.Optional(t.Record(t.String(), t.Unknown())), user_id: t.Optional(UserId) },
-  { additionalProperties: false, examples: [{ inputs: { question: 'How long do refunds take?' }, user_id: 'user_42' }] },
-)
-
-const runList: ListSpec = {
-  sortable: { created_at: 'time', finished_at: 'time' },
-  nullable: ['finished_at'],
-  filters: { status: { type: 'text', values: ['running', 'completed', 'failed', 'cancelled'] }, created_at: { type: 'time' }, user_id: { type: 'text' } },
-}
-const allRunList: ListSpec = {
-  ...runList,
-  filters: { ...runList.filters, workflow_id: { type: 'text' } },
-  extra: ['workspace_id'],
-}
-const runFilters = {
-  status: t.Optional(t.String({ description: 'running, completed, failed or cancelled; status_in=failed,cancelled for several', examples: ['failed'] })),
-  created_at_after: t.Optional(t.String({ description: 'Started after this time (ISO 8601)' })),
-  created_at_before: t.Optional(t.String({ description: 'Started before this time (ISO 8601)' })),
-  user_id: t.Optional(t.String({ description: 'Only runs triggered for exactly this user_id; user_id_in=a,b for several' })),
-}
-
-function toRun(r: RunRow): typeof Run.static {
-  const out: typeof Run.static = {
-    run_id: r.id,
-    workflow_id: r.workflow_id,
-    workflow_version: r.workflow_version,
-    status: r.status,
-    inputs: r.inputs,
-    outputs: r.outputs ?? {},
-    usage: r.usage,
-    duration_ms: r.duration_ms,
-    user_id: r.user_id,
-    created_at: iso(r.created_at)!,
-    finished_at: iso(r.finished_at),
-    parent_run_id: null,
-    waiting: null,
-  }
-  if (r.error) out.error = r.error
-  return out
-}
-
-const runAnswer = (requestId: string, r: RunRow): typeof RunAnswer.static => ({ request_id: requestId, ...toRun(r) })
-
-function toSync(requestId: string, r: RunRow): typeof SyncRun.static {
-  const out: typeof SyncRun.static = {
-    request_id: requestId,
-    run_id: r.id,
-    workflow_id: r.workflow_id,
-    status: r.status,
-    duration_ms: r.duration_ms ?? Date.now() - r.created_at.getTime(),
-    outputs: r.outputs ?? {},
-    usage: r.usage,
-  }
-  if (r.error) out.error = r.error
-  return out
-}
+import { Run, RunAnswer, SyncRun, RunEvent, TriggerBody, runList, allRunList, runFilters, toRun, runAnswer, toSync } from './runs.model'
 
 const toSse = (e: RunEventRow): SseEvent => ({ id: String(e.seq), event: e.type, data: JSON.stringify(e.data) })
 
