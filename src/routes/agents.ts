@@ -120,6 +120,7 @@ export function agentRoutes(deps: Deps) {
         set.headers['x-conversation-id'] = turn.conversation.id
         const abort = new AbortController()
         const outcome = { failed: false }
+        // Cast: Elysia types an async handler as a Promise of one answer type (a Response, or a declared body), not of their union.
         return sseResponse(deps, request, set, route, turnStream(deps, turn, requestId, abort, outcome), abort, undefined, { ok: () => !outcome.failed }) as never
       }
       const r = await turn.run(() => {}, request.signal ?? new AbortController().signal)

@@ -80,6 +80,7 @@ export function modelRoutes(deps: Deps) {
           yield* { [Symbol.asyncIterator]: () => stream }
         },
       }
+      // Cast: Elysia types an async handler as a Promise of one answer type (a Response, or a declared body), not of their union.
       return sseResponse(deps, request, set, route, chunks(ctx, rest, body.stream_options?.include_usage ?? includeUsageDefault), abort) as never
     }
     const c = await gateway.chat(ctx, model, req, request.signal ?? new AbortController().signal)

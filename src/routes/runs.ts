@@ -26,6 +26,7 @@ export function runRoutes(deps: Deps) {
       const run = await runsDomain.createRun(deps, caller, params.id, body ?? {}, requestId)
       if (query.async === 'true' || query.async === '1') {
         set.status = 202
+        // Cast: this handler answers a 202 body, a stream or a 200 body; Elysia types an async handler as a Promise of one of them, not of their union.
         return { request_id: requestId, run_id: run.id, status: 'running' as const } as never
       }
       if (wantsStream(headers.accept)) {
@@ -33,6 +34,7 @@ export function runRoutes(deps: Deps) {
         // the run to resume from (GET /v1/runs/{run_id}/events with Last-Event-ID), since no event carries it.
         set.headers['x-run-id'] = run.id
         const abort = new AbortController()
+        // Cast: as above.
         return sseResponse(deps, request, set, route, sseOf(runsDomain.followRun(deps, run.id, 0, abort.signal)), abort, {
           status: 202,
           body: { request_id: requestId, run_id: run.id, status: 'running' },
@@ -100,6 +102,7 @@ export function runRoutes(deps: Deps) {
       if (!Number.isInteger(after) || after < 0) throw invalid('Last-Event-ID', 'must be a non-negative integer (an event id: line)')
       if (wantsStream(headers.accept)) {
         const abort = new AbortController()
+        // Cast: Elysia types an async handler as a Promise of one answer type (a Response, or a declared body), not of their union.
         return sseResponse(deps, request, set, route, sseOf(runsDomain.followRun(deps, run.id, after, abort.signal)), abort) as never
       }
       const events = await runsDomain.runEvents(deps, run.id, after)
