@@ -42,6 +42,36 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
   const open = (hash: string) => page.goto(`${world.service.url}/console${hash}`)
   const diagram = () => page.locator('figure.diagram').first()
 
+  /**
+   * Measures the drawn SVG (the first matching `svg`): every transition label's box against every other
+   * label and every state box (touching is not overlapping); fails naming the pairs that overlap.
+   */
+  const expectNoOverlaps = async (svgSelector: string, machine: string) => {
+    const overlaps = await page.evaluate((selector) => {
+      type Box = { what: string; x: number; y: number; w: number; h: number }
+      // Runs in the page: its DOM, untyped here (this file is compiled without the DOM library).
+      const svg = (globalThis as any).document.querySelector(selector)
+      const boxes = (sel: string, what: (el: any) => string): Box[] =>
+        ([...svg.querySelectorAll(sel)] as any[])
+          .map((el) => ({ el, r: el.getBoundingClientRect() }))
+          .filter(({ r }) => r.width > 1 && r.height > 1)
+          .map(({ el, r }) => ({ what: what(el), x: r.x, y: r.y, w: r.width, h: r.height }))
+      const labels = boxes('g.edgeLabel', (el) => `label "${el.textContent?.trim()}"`)
+      const states = boxes('g.node', (el) => `state "${el.textContent?.trim().slice(0, 30)}"`)
+      // One pixel of slack: touching is not overlapping.
+      const hit = (a: Box, b: Box) => a.x + 1 < b.x + b.w && b.x + 1 < a.x + a.w && a.y + 1 < b.y + b.h && b.y + 1 < a.y + a.h
+      const found: string[] = []
+      labels.forEach((a, i) => {
+        for (const b of labels.slice(i + 1)) if (hit(a, b)) found.push(`${a.what} over ${b.what}`)
+        for (const s of states) if (hit(a, s)) found.push(`${a.what} over ${s.what}`)
+      })
+      return { found, labels: labels.length, states: states.length }
+    }, svgSelector)
+    expect(overlaps.labels).toBeGreaterThan(0)
+    expect(overlaps.states).toBeGreaterThan(0)
+    expect({ machine, overlaps: overlaps.found }).toEqual({ machine, overlaps: [] })
+  }
+
   test('a wrong key is refused with the API\'s message; the right one signs in', async () => {
     await open('')
     await page.getByLabel('API key').fill('ap_wrongwrongwrongwrongwrongwrongwrongwron')
@@ -254,30 +284,22 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
     await waitFor(async () => (await page.locator('figure.diagram svg').count()) === names.length, { what: 'every diagram drawn' })
     for (const name of names) expect(await page.locator(`figure[data-machine="${name}"] svg`).count()).toBe(1)
     // Every label readable as drawn: no transition label over another, none over a state.
-    for (const name of names) {
-      const overlaps = await page.evaluate((machine) => {
-        type Box = { what: string; x: number; y: number; w: number; h: number }
-        // Runs in the page: its DOM, untyped here (this file is compiled without the DOM library).
-        const svg = (globalThis as any).document.querySelector(`figure[data-machine="${machine}"] svg`)
-        const boxes = (selector: string, what: (el: any) => string): Box[] =>
-          ([...svg.querySelectorAll(selector)] as any[])
-            .map((el) => ({ el, r: el.getBoundingClientRect() }))
-            .filter(({ r }) => r.width > 1 && r.height > 1)
-            .map(({ el, r }) => ({ what: what(el), x: r.x, y: r.y, w: r.width, h: r.height }))
-        const labels = boxes('g.edgeLabel', (el) => `label "${el.textContent?.trim()}"`)
-        const states = boxes('g.node', (el) => `state "${el.textContent?.trim().slice(0, 30)}"`)
-        // One pixel of slack: touching is not overlapping.
-        const hit = (a: Box, b: Box) => a.x + 1 < b.x + b.w && b.x + 1 < a.x + a.w && a.y + 1 < b.y + b.h && b.y + 1 < a.y + a.h
-        const found: string[] = []
-        labels.forEach((a, i) => {
-          for (const b of labels.slice(i + 1)) if (hit(a, b)) found.push(`${a.what} over ${b.what}`)
-          for (const s of states) if (hit(a, s)) found.push(`${a.what} over ${s.what}`)
-        })
-        return { found, labels: labels.length, states: states.length }
-      }, name)
-      expect(overlaps.labels).toBeGreaterThan(0)
-      expect(overlaps.states).toBeGreaterThan(0)
-      expect({ machine: name, overlaps: overlaps.found }).toEqual({ machine: name, overlaps: [] })
+    for (const name of names) await expectNoOverlaps(`figure[data-machine="${name}"] svg`, name)
+  }, 30_000)
+
+  test('the diagram of a delivery, a document and a run, highlighted on their pages, has no label over another or over a state', async () => {
+    // The highlight styles the current state (bold, thicker border), which changes the drawing's sizes.
+    const pages: [string, string][] = [
+      ['webhook-delivery', `#/webhooks/${world.webhookId}/deliveries/${world.failedDeliveryId}`],
+      ['document', `#/knowledge-bases/${world.kbId}/documents/${world.documentId}`],
+      ['workflow-run', `#/runs/${world.completedRunId}`],
+    ]
+    for (const [machine, hash] of pages) {
+      await open(hash)
+      // The figure is marked once drawn; the previous page's figure names another machine.
+      await waitFor(async () => (await diagram().getAttribute('data-machine')) === machine && (await diagram().getAttribute('data-current-state')) !== null, { what: `the ${machine} diagram drawn` })
+      expect(await diagram().locator('svg').count()).toBe(1)
+      await expectNoOverlaps('figure.diagram svg', machine)
     }
   }, 30_000)
 
