@@ -71,7 +71,7 @@ export const Agent = t.Object({
 export function toAgent(a: AgentRow): typeof Agent.static {
   return {
     id: a.id, name: a.name, type: a.type, model: a.model, workspace_id: a.workspace_id, status: a.status, version: a.version,
-    instructions: a.instructions, tools: a.tools as never, knowledge_base_ids: a.knowledge_base_ids, workflow_id: a.workflow_id,
+    instructions: a.instructions, tools: a.tools, knowledge_base_ids: a.knowledge_base_ids, workflow_id: a.workflow_id,
     created_at: iso(a.created_at)!, updated_at: iso(a.updated_at)!,
   }
 }

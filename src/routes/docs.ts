@@ -70,7 +70,7 @@ export function docsRoutes(documentation: Record<string, unknown>, named: Record
       provider: null,
       // staticFile: false, or the console's assets (paths with a dot) would be left out silently.
       exclude: { paths: ['/docs', '/docs/json', RAW], staticFile: false },
-      documentation: documentation as never,
+      documentation,
     }))
     .get('/docs/json', ({ request }) => document(request), hidden)
     .get('/docs', () => asset(PAGE, 'text/html; charset=utf-8', 'no-cache'), hidden)

@@ -111,7 +111,7 @@ export function knowledgeRoutes(deps: Deps) {
             'application/json': { schema: TextUpload },
           },
         },
-      } as never,
+      },
     })
     .get('/knowledge-bases/:id/documents', async ({ caller, requestId, params, query }) => {
       const q = parseListQuery(query, documentList)

@@ -91,7 +91,7 @@ export function modelRoutes(deps: Deps) {
       object: 'chat.completion',
       created: c.created,
       model: c.model,
-      choices: c.choices.map((ch) => ({ index: ch.index, message: ch.message as never, finish_reason: ch.finish_reason })),
+      choices: c.choices.map((ch) => ({ index: ch.index, message: { ...ch.message }, finish_reason: ch.finish_reason })),
       usage: { prompt_tokens: c.usage.prompt_tokens, completion_tokens: c.usage.completion_tokens, total_tokens: c.usage.total_tokens, credits: c.credits },
     }
   }

@@ -1,7 +1,8 @@
-import { Elysia, t } from 'elysia'
+import { Elysia } from 'elysia'
 import type { Deps } from '../deps'
+import { ping } from '../store/db'
+import { Liveness, Readiness } from './ops.model'
 import { stateOf } from './plugins/request-state'
-import { Check } from './ops.model'
 
 const tags = ['operations']
 
@@ -17,12 +18,12 @@ export function opsRoutes(deps: Deps) {
   }
   return new Elysia({ name: 'routes.ops' })
     .get('/healthz', ({ request }) => ({ request_id: requestIdOf(request), status: 'ok' as const }), {
-      response: { 200: t.Object({ request_id: t.String(), status: t.Literal('ok') }) },
+      response: { 200: Liveness },
       detail: { tags, summary: 'Liveness: the process answers', security: [] },
     })
     .get('/readyz', async ({ request, set }) => {
       const [database, redis] = await Promise.all([
-        check(deps.db.kind, () => deps.db.sql`select 1`),
+        check(deps.db.kind, () => ping(deps.db.sql)),
         check(deps.redis.kind, () => deps.redis.ping()),
       ])
       const ready = database.status === 'ok' && redis.status === 'ok'
@@ -33,8 +34,8 @@ export function opsRoutes(deps: Deps) {
       return { request_id: requestIdOf(request), status: ready ? ('ok' as const) : ('unavailable' as const), checks: { database, redis } }
     }, {
       response: {
-        200: t.Object({ request_id: t.String(), status: t.Union([t.Literal('ok'), t.Literal('unavailable')]), checks: t.Object({ database: Check, redis: Check }) }),
-        503: t.Object({ request_id: t.String(), status: t.Union([t.Literal('ok'), t.Literal('unavailable')]), checks: t.Object({ database: Check, redis: Check }) }),
+        200: Readiness,
+        503: Readiness,
       },
       detail: { tags, summary: 'Readiness: the database and Redis answer', security: [] },
     })

@@ -3,7 +3,7 @@ import { t } from 'elysia'
 import type { ListSpec } from '../lib/lists'
 import { iso } from '../lib/time'
 import type { RunRow } from '../store/runs'
-import { RequestId, Timestamp, UserId } from './common.model'
+import { Id, ListQuery, RequestId, Timestamp, UserId } from './common.model'
 
 export const Usage = t.Object({ tokens_in: t.Integer(), tokens_out: t.Integer(), credits: t.Number() })
 export const RunError = t.Object({ code: t.String(), message: t.String(), node: t.Union([t.String(), t.Null()]) })
@@ -65,6 +65,30 @@ export const runFilters = {
   created_at_before: t.Optional(t.String({ description: 'Started before this time (ISO 8601)' })),
   user_id: t.Optional(t.String({ description: 'Only runs triggered for exactly this user_id; user_id_in=a,b for several' })),
 }
+
+export const RunParams = t.Object({ run_id: Id('run', 'Run id') })
+export const WorkflowParams = t.Object({ id: Id('wf', 'Workflow id') })
+
+export const TriggerQuery = t.Object(
+  { async: t.Optional(t.UnionEnum(['true', 'false', '1', '0'], { default: undefined, description: 'true: answer { run_id, status } at once' })) },
+  { additionalProperties: false },
+)
+
+/** The answer to an asynchronous trigger (?async=true): the run's id, to poll or follow. */
+export const RunStarted = t.Object({ request_id: t.String(), run_id: t.String(), status: t.Literal('running') })
+
+export const RunsQuery = ListQuery('created_at, finished_at', runFilters)
+export const AllRunsQuery = ListQuery('created_at, finished_at', {
+  ...runFilters,
+  workflow_id: t.Optional(t.String({ description: 'Only runs of this workflow; workflow_id_in=a,b for several' })),
+  workspace_id: t.Optional(t.String({ description: 'Only runs of this workspace (else X-Workspace-Id); without either, every workspace the caller can read' })),
+})
+
+export const EventsQuery = t.Object(
+  { after: t.Optional(t.String({ pattern: '^[0-9]{1,9}$', description: 'Only events after this sequence number (as Last-Event-ID)' })) },
+  { additionalProperties: false },
+)
+export const RunEvents = t.Object({ request_id: t.String(), data: t.Array(RunEvent) })
 
 export function toRun(r: RunRow): typeof Run.static {
   const out: typeof Run.static = {

@@ -5,10 +5,13 @@ import { invalid } from '../lib/errors'
 import { parseListQuery, toPage } from '../lib/lists'
 import { iso } from '../lib/time'
 import type { RunEventRow } from '../store/runs'
-import { errors, Id, ListOf, ListQuery } from './common.model'
+import { errors, ListOf } from './common.model'
 import { authenticated } from './plugins/auth'
 import { sseResponse, type SseEvent } from './plugins/sse'
-import { Run, RunAnswer, SyncRun, RunEvent, TriggerBody, runList, allRunList, runFilters, toRun, runAnswer, toSync } from './runs.model'
+import {
+  AllRunsQuery, EventsQuery, Run, RunAnswer, RunEvents, RunParams, RunStarted, RunsQuery, SyncRun, TriggerBody, TriggerQuery, WorkflowParams,
+  allRunList, runAnswer, runList, toRun, toSync,
+} from './runs.model'
 
 const toSse = (e: RunEventRow): SseEvent => ({ id: String(e.seq), event: e.type, data: JSON.stringify(e.data) })
 
@@ -27,7 +30,7 @@ export function runRoutes(deps: Deps) {
       if (query.async === 'true' || query.async === '1') {
         set.status = 202
         // Cast: this handler answers a 202 body, a stream or a 200 body; Elysia types an async handler as a Promise of one of them, not of their union.
-        return { request_id: requestId, run_id: run.id, status: 'running' as const } as never
+        return { request_id: requestId, run_id: run.id, status: 'running' } satisfies typeof RunStarted.static as never
       }
       if (wantsStream(headers.accept)) {
         // A client that disconnects stops reading, not the run (docs/workflows.md, "Runs"); X-Run-Id names
@@ -44,13 +47,13 @@ export function runRoutes(deps: Deps) {
       if (done.status === 'running') set.status = 202
       return toSync(requestId, done)
     }, {
-      params: t.Object({ id: Id('wf', 'Workflow id') }),
-      query: t.Object({ async: t.Optional(t.UnionEnum(['true', 'false', '1', '0'], { default: undefined, description: 'true: answer { run_id, status } at once' })) }, { additionalProperties: false }),
+      params: WorkflowParams,
+      query: TriggerQuery,
       body: t.Optional(TriggerBody),
       parse: 'json',
       response: {
         200: SyncRun,
-        202: t.Union([SyncRun, t.Object({ request_id: t.String(), run_id: t.String(), status: t.Literal('running') })]),
+        202: t.Union([SyncRun, RunStarted]),
         ...errors(402, 403, 404, 409, 422),
       },
       detail: {
@@ -64,11 +67,7 @@ export function runRoutes(deps: Deps) {
       const workspaceId = (query as { workspace_id?: string }).workspace_id ?? headers['x-workspace-id']
       return { request_id: requestId, ...toPage(await runsDomain.listAllRuns(deps, caller, workspaceId, q), q, toRun) }
     }, {
-      query: ListQuery('created_at, finished_at', {
-        ...runFilters,
-        workflow_id: t.Optional(t.String({ description: 'Only runs of this workflow; workflow_id_in=a,b for several' })),
-        workspace_id: t.Optional(t.String({ description: 'Only runs of this workspace (else X-Workspace-Id); without either, every workspace the caller can read' })),
-      }),
+      query: AllRunsQuery,
       response: { 200: ListOf(Run), ...errors(404) },
       detail: {
         tags,
@@ -77,7 +76,7 @@ export function runRoutes(deps: Deps) {
       },
     })
     .get('/runs/:run_id', async ({ caller, requestId, params }) => runAnswer(requestId, await runsDomain.loadRun(deps, caller, params.run_id)), {
-      params: t.Object({ run_id: Id('run', 'Run id') }),
+      params: RunParams,
       response: { 200: RunAnswer, ...errors(404) },
       detail: { tags, summary: 'Get a run (poll an async run here)', description: 'The run object, flat: its fields beside request_id (docs/api.md, "Runs").' },
     })
@@ -85,13 +84,13 @@ export function runRoutes(deps: Deps) {
       const q = parseListQuery(query, runList)
       return { request_id: requestId, ...toPage(await runsDomain.listRuns(deps, caller, params.id, q), q, toRun) }
     }, {
-      params: t.Object({ id: Id('wf', 'Workflow id') }),
-      query: ListQuery('created_at, finished_at', runFilters),
+      params: WorkflowParams,
+      query: RunsQuery,
       response: { 200: ListOf(Run), ...errors(404) },
       detail: { tags, summary: 'List a workflow\'s runs' },
     })
     .post('/runs/:run_id/cancel', async ({ caller, requestId, params }) => runAnswer(requestId, await runsDomain.cancelRun(deps, caller, params.run_id)), {
-      params: t.Object({ run_id: Id('run', 'Run id') }),
+      params: RunParams,
       response: { 200: RunAnswer, ...errors(403, 404, 409, 422) },
       detail: { tags, summary: 'Cancel a running run (409 run_not_running otherwise); the node in flight is aborted' },
     })
@@ -108,9 +107,9 @@ export function runRoutes(deps: Deps) {
       const events = await runsDomain.runEvents(deps, run.id, after)
       return { request_id: requestId, data: events.map((e) => ({ seq: e.seq, event: e.type, data: e.data, created_at: iso(e.created_at)! })) }
     }, {
-      params: t.Object({ run_id: Id('run', 'Run id') }),
-      query: t.Object({ after: t.Optional(t.String({ pattern: '^[0-9]{1,9}$', description: 'Only events after this sequence number (as Last-Event-ID)' })) }, { additionalProperties: false }),
-      response: { 200: t.Object({ request_id: t.String(), data: t.Array(RunEvent) }), ...errors(404) },
+      params: RunParams,
+      query: EventsQuery,
+      response: { 200: RunEvents, ...errors(404) },
       detail: { tags, summary: 'The run\'s stored event log; with Accept: text/event-stream a live stream resuming after Last-Event-ID' },
     })
 }

@@ -7,7 +7,7 @@ import { inWorkspaces, listClauses, type WorkspaceScope } from './lists'
 export type AgentTool =
   | { type: 'knowledge_search'; name?: string; description?: string }
   | { type: 'workflow'; workflow_id: string; name?: string; description?: string }
-  | { type: 'http'; name: string; description: string; method: string; url: string; parameters: Record<string, unknown> }
+  | { type: 'http'; name: string; description: string; method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE'; url: string; parameters: Record<string, unknown> }
 
 export interface AgentRow {
   id: string

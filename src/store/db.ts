@@ -119,3 +119,8 @@ export async function openEmbedded(opts: EmbeddedOptions): Promise<Database> {
     throw err
   }
 }
+
+/** The cheapest statement the database answers (readiness probes). */
+export async function ping(sql: Sql): Promise<void> {
+  await sql`select 1`
+}

@@ -334,6 +334,7 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
       const s = document.createElement('script')
       s.textContent = 'window.__inline = 1'
       document.head.append(s)
+      // The violation event comes at once when the policy blocks the script; the second is only a bound.
       setTimeout(() => resolve(false), 1000)
     })`)
     expect(blocked).toBe(true)

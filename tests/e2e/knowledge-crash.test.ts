@@ -72,6 +72,7 @@ function startEmbedServer(): EmbedServer {
       const inputs = Array.isArray(json.input) ? json.input : [json.input]
       const rec: EmbedRequest = { inputs, answered: false }
       s.requests.push(rec)
+      // A slow provider on purpose (the fake's pace): a batch is still in flight when the worker is killed.
       if (inputs.length > 1 && s.delayMs > 0) await Bun.sleep(s.delayMs)
       rec.answered = true
       const tokens = inputs.reduce((n, t) => n + t.split(/\s+/).length, 0)

@@ -48,6 +48,7 @@ function startTarget(): Target {
       const path = new URL(req.url).pathname
       if (path === '/slow') {
         t.slow.push({ at: Date.now() })
+        // A slow step on purpose (the fake's pace, not a wait in the test): it holds runs mid-node while a worker is killed.
         await Bun.sleep(HOLD_MS)
         return Response.json({ slow: true, n: t.slow.length })
       }

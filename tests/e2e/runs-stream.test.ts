@@ -38,6 +38,7 @@ if (!process.env.DATABASE_URL || !process.env.REDIS_URL) {
           const entry = { aborted: false }
           held.push(entry)
           req.signal.addEventListener('abort', () => (entry.aborted = true))
+          // A receiver that does not answer in the test's time (the fake's pace): the subject is that the call is aborted.
           await Bun.sleep(20_000)
           return Response.json({ late: true })
         },

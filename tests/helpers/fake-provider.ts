@@ -166,6 +166,7 @@ export async function startFakeProvider(opts: { delayMs?: number } = {}): Promis
     return new Response(
       new ReadableStream({
         async pull(c) {
+          // The pace between chunks that the test asked for (the fake's behaviour, not a wait in a test).
           if (i > 0 && delayMs > 0) await Bun.sleep(delayMs)
           if (ended) return
           if (i === drop) {

@@ -104,15 +104,25 @@ export async function workspaceOf(h: Harness, key: string, name = 'Workspace'): 
 /** Polls `check` until it returns a truthy value or the deadline passes (tests never sleep a fixed time). */
 export async function waitFor<T>(check: () => Promise<T> | T, { timeoutMs = 10_000, intervalMs = 25, what = 'condition' } = {}): Promise<T> {
   const deadline = Date.now() + timeoutMs
-  let last: unknown
+  // What the check last answered (a falsy value or an error), for the time-out's message.
+  let last = 'no answer'
   while (Date.now() < deadline) {
     try {
       const v = await check()
       if (v) return v
+      last = `last answered ${describe(v)}`
     } catch (err) {
-      last = err
+      last = `last threw ${(err as Error).message}`
     }
     await Bun.sleep(intervalMs)
   }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`)
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}: ${last}`)
+}
+
+function describe(v: unknown): string {
+  try {
+    return (JSON.stringify(v) ?? String(v)).slice(0, 300)
+  } catch {
+    return String(v)
+  }
 }

@@ -130,6 +130,8 @@ describe('code', () => {
     const run = context()
     const started = performance.now()
     const pending = failure(exec('code', { source: main('while (true) {}'), timeout_ms: 10_000 }, run))
+    // Abort once the loop has surely started; the bound below is 5 times under the node's own 10 s time-out, so
+    // it tells an abort from a time-out, not a speed.
     setTimeout(() => run.controller.abort(), 100)
     const err = await pending
     expect(err.code).toBe('aborted')

@@ -122,7 +122,7 @@ async function httpCall(tool: Extract<AgentTool, { type: 'http' }>, args: Record
   const headers = new Headers({ 'user-agent': 'agent-platform-api-agents/0.1.0', accept: 'application/json' })
   let target = raw
   let body: string | undefined
-  if (tool.method === 'GET' || tool.method === 'DELETE' || tool.method === 'HEAD') {
+  if (tool.method === 'GET' || tool.method === 'DELETE') {
     const url = new URL(raw)
     for (const [k, v] of Object.entries(rest)) url.searchParams.set(k, typeof v === 'string' ? v : JSON.stringify(v))
     target = url.toString()

@@ -15,6 +15,12 @@ export { STREAMED_BODY } from './bodies'
  * headers, body limits and parsing, authentication and the rate limit of /v1, the error mapping, and
  * the one exit that serialises every JSON answer (respond.ts: metrics, access log, idempotency and
  * audit completion).
+ *
+ * Why plugins and not one registration: each concern reads alone and is tested alone, and the split
+ * costs nothing per request. Elysia compiles the global hooks of every registered plugin into each
+ * route's one handler at start-up, so a request runs the same code as it did from one plugin
+ * (/healthz measured at 16.2 µs of CPU per request after the split, 15.9-16.0 before: bench/README.md).
+ * Each plugin is named, so registering it twice (a test app) adds its hooks once.
  */
 export function conventions(deps: Deps) {
   const exit = responder(deps)
