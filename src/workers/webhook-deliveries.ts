@@ -29,11 +29,15 @@ interface Finished {
 }
 
 /**
- * Runs the delivery machine: a fired timer moves a batch of deliveries to `sending` in one
- * transaction, the POSTs go out concurrently after commit, and their results are saved in batches
- * (one transaction per batch, not per delivery: on PGlite's single connection a transaction per
- * delivery capped the rate; see bench/README.md). Every save is the machine's own transition from
+ * Runs the delivery machine: a fired timer claims a batch of deliveries (moves them to `sending` in
+ * one transaction), the POSTs go out concurrently after commit, and their results are settled in
+ * batches (one transaction per batch, not per delivery: on PGlite's single connection a transaction
+ * per delivery capped the rate; see bench/README.md). Every save is the machine's own transition from
  * the locked row, so a stale timer or a late result changes nothing.
+ *
+ * The same steps as the lease loop of runs and documents (claim, hold, stop then release, take-over
+ * after expiry), with the hold in the machine's `sending` deadline instead of a heartbeat: why, in
+ * docs/architecture.md, "Workers and leases".
  */
 export class DeliveryWorker implements TimerHandler {
   private inFlight = 0
@@ -66,7 +70,7 @@ export class DeliveryWorker implements TimerHandler {
     this.starting += ids.length
     let jobs: Sending[]
     try {
-      jobs = await this.begin(ids)
+      jobs = await this.claim(ids)
     } finally {
       this.starting -= ids.length
     }
@@ -76,7 +80,7 @@ export class DeliveryWorker implements TimerHandler {
     }
   }
 
-  /** Resolves when no attempt is in flight and every result is saved (shutdown). */
+  /** Resolves when no attempt is in flight and every result is settled (a graceful stop: nothing is left held). */
   async drain(): Promise<void> {
     while (this.inFlight > 0 || this.results.length > 0 || this.flushing) {
       this.flush()
@@ -84,7 +88,7 @@ export class DeliveryWorker implements TimerHandler {
     }
   }
 
-  private async begin(ids: string[]): Promise<Sending[]> {
+  private async claim(ids: string[]): Promise<Sending[]> {
     const now = Date.now()
     const timers: { id: string; at: Date | null }[] = []
     const jobs: Sending[] = []
@@ -204,7 +208,7 @@ export class DeliveryWorker implements TimerHandler {
     }
     if (this.flushing || this.results.length === 0) return
     const batch = this.results.splice(0, 500)
-    this.flushing = this.finish(batch)
+    this.flushing = this.settle(batch)
       .catch((err) => this.d.log.error({ err, count: batch.length }, 'saving webhook attempt results failed; their leases will retry them'))
       .finally(() => {
         this.flushing = null
@@ -212,7 +216,7 @@ export class DeliveryWorker implements TimerHandler {
       })
   }
 
-  private async finish(batch: Finished[]) {
+  private async settle(batch: Finished[]) {
     const now = Date.now()
     const timers: { id: string; at: Date | null }[] = []
     let disabled: string[] = []
