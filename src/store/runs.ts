@@ -35,6 +35,21 @@ export interface RunRow {
   updated_at: Date
   finished_at: Date | null
   duration_ms: number | null
+  /** The run whose sub_workflow or iteration node started this one (docs/workflows.md). */
+  parent_run_id: string | null
+  parent_node: string | null
+  item_index: number | null
+  depth: number
+  /** What a run parked on a human_input node waits on. */
+  waiting: RunWaiting | null
+}
+
+export interface RunWaiting {
+  node: string
+  prompt: string
+  schema: Record<string, unknown> | null
+  since: string
+  expires_at: string | null
 }
 
 export interface RunEventRow {

@@ -9,7 +9,7 @@ import { onlyUserOf, type Caller } from '../access'
 import { listScope, loadOwned, loadOwnedWithRole } from '../workspaces'
 import { validateInputs } from './graph'
 import { loadWorkflow } from './service'
-import { findWorkflow } from '../../store/workflows'
+import { findWorkflow, type WorkflowRow } from '../../store/workflows'
 import { CANCEL_CHANNEL, commitRun, parseRunMessage, published, runChannel } from './transitions'
 
 /** Starts a run of the workflow's current version (role `use`): validated inputs, snapshot `running`. */
@@ -19,18 +19,30 @@ export async function createRun(deps: Deps, caller: Caller, workflowId: string, 
   if (only !== null && body.user_id !== undefined && body.user_id !== only) {
     throw new AppError('forbidden', `below the developer role a key triggers runs as its own user_id (${only}), not ${body.user_id}`, { param: 'user_id' })
   }
-  const inputs = validateInputs(wf.graph, body.inputs ?? {})
+  return startRun(deps, wf, { inputs: body.inputs, userId: body.user_id ?? caller.userId, requestId })
+}
+
+/**
+ * Starts a run of `wf`'s current version with no caller to check (a trigger, a parent run): the
+ * inputs validated against its graph (400 naming the input), the row inserted, a worker nudged.
+ */
+export async function startRun(
+  deps: Deps,
+  wf: WorkflowRow,
+  opts: { inputs: unknown; userId: string | null; requestId: string | null },
+): Promise<runs.RunRow> {
+  const inputs = validateInputs(wf.graph, opts.inputs ?? {})
   const initial = start(runMachine, undefined as never)
   const row = await runs.insertRun(deps.db.sql, {
-      id: newId('run'),
-      workflow_id: wf.id,
-      workflow_version: wf.version,
-      workspace_id: wf.workspace_id,
-      user_id: body.user_id ?? caller.userId,
-      inputs,
-      snapshot: initial.persisted as runs.RunRow['snapshot'],
-      machine_version: RUN_MACHINE_VERSION,
-      request_id: requestId,
+    id: newId('run'),
+    workflow_id: wf.id,
+    workflow_version: wf.version,
+    workspace_id: wf.workspace_id,
+    user_id: opts.userId,
+    inputs,
+    snapshot: initial.persisted as runs.RunRow['snapshot'],
+    machine_version: RUN_MACHINE_VERSION,
+    request_id: opts.requestId,
   })
   deps.runs.nudge()
   return row
