@@ -93,7 +93,7 @@ const sql: Pool = db.sql
 
 /** A transition as transitions.ts makes it: one guarded statement; the last with the outbox event. */
 async function transition(run: RunRow, s: Step): Promise<RunRow> {
-  const outbox = s.finished ? { type: 'workflow.run.completed', data: { workflow_id: run.workflow_id, run_id: run.id, status: s.status, outputs: s.snapshot.context.outputs ?? {} } } : undefined
+  const outbox = s.finished ? [{ type: 'workflow.run.completed', data: { workflow_id: run.workflow_id, run_id: run.id, status: s.status, outputs: s.snapshot.context.outputs ?? {} }, ended: true }] : []
   const write = { status: s.status, snapshot: s.snapshot, usage, ...(s.finished ? { finished: { outputs: s.snapshot.context.outputs, error: s.snapshot.context.error } } : {}) }
   const saved = await writeTransition(sql, { id: run.id, next_seq: run.next_seq, owner }, write, s.log, outbox)
   if (!saved) throw new Error(`run ${run.id}: the guarded transition matched nothing`)

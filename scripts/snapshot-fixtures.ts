@@ -32,10 +32,13 @@ const graph = {
     { source: 'pause', target: 'end' },
   ],
 }
+// Version 1 was written with `greet` in flight; version 2 (retries) with its first attempt failed
+// and the second due: a worker of today resumes the back-off, then runs it.
 const run = advanceMany(runDefinition.machine, start(runDefinition.machine, undefined as never).persisted, [
   { type: 'node.started', node: 'start', at },
   { type: 'node.completed', node: 'start', output: { name: 'Ada' }, durationMs: 1, end: false },
   { type: 'node.started', node: 'greet', at },
+  { type: 'node.retrying', node: 'greet', attempt: 2, until: '2026-01-01T00:00:00.500Z', code: 'upstream_error', message: 'status 503' },
   { type: 'node.started', node: 'pause', at },
   { type: 'node.waiting', node: 'pause', until: '2026-01-01T00:00:01.000Z' },
 ])!.persisted
@@ -52,7 +55,7 @@ const delivery = advanceMany(deliveryDefinition.machine, start(deliveryDefinitio
 ])!.persisted
 
 const fixtures = [
-  { def: runDefinition, body: { note: 'A run: `start` completed, `greet` in flight when its worker died, `pause` waiting (its time long past).', inputs: { name: 'Ada' }, graph, snapshot: run } },
+  { def: runDefinition, body: { note: 'A run: `start` completed, `greet` retrying (its first attempt failed, the second due long ago) when its worker died, `pause` waiting (its time long past).', inputs: { name: 'Ada' }, graph, snapshot: run } },
   { def: documentDefinition, body: { note: 'A document parsed and being chunked when its worker died.', status: 'chunking', content: 'Refunds take five days. Shipping is free over fifty euros.', snapshot: document } },
   { def: deliveryDefinition, body: { note: 'A delivery whose first attempt failed (5xx), waiting for its retry.', status: 'retrying', attempts_count: 1, snapshot: delivery } },
 ]

@@ -30,6 +30,7 @@ const Env = Type.Object({
   WEBHOOK_ALLOW_PRIVATE_NETWORKS: Type.Optional(Bool),
   MAX_UPLOAD_BYTES: Type.Optional(Int()),
   MAX_JSON_BYTES: Type.Optional(Int()),
+  ITERATION_MAX_ITEMS: Type.Optional(Int()),
   RATE_LIMIT_PER_SECOND: Type.Optional(Int()),
   RATE_LIMIT_BURST: Type.Optional(Int()),
   SHUTDOWN_TIMEOUT_MS: Type.Optional(Int()),
@@ -58,6 +59,8 @@ export interface Config {
   modelsFile: string | null
   tls: { certFile: string; keyFile: string } | null
   syncRunTimeoutMs: number
+  /** The most items an iteration node runs its workflow over (more fail the node with too_many_items). */
+  iterationMaxItems: number
   webhookRetryDelaysMs: number[]
   webhookTimeoutMs: number
   webhookDisableAfterMs: number
@@ -119,6 +122,7 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     modelsFile: env.MODELS_FILE ?? null,
     tls: env.TLS_CERT_FILE && env.TLS_KEY_FILE ? { certFile: env.TLS_CERT_FILE, keyFile: env.TLS_KEY_FILE } : null,
     syncRunTimeoutMs: int('SYNC_RUN_TIMEOUT_MS', 120_000, 1),
+    iterationMaxItems: int('ITERATION_MAX_ITEMS', 10_000, 1, 1_000_000),
     webhookRetryDelaysMs: (env.WEBHOOK_RETRY_DELAYS_MS ?? '30000,60000,300000,1800000,7200000').split(',').map(Number),
     webhookTimeoutMs: int('WEBHOOK_TIMEOUT_MS', 10_000, 1, 600_000),
     // Five days of nothing but failed deliveries disables a webhook (Stripe's and Svix's rule).

@@ -19,6 +19,7 @@ export const EVENT_TYPES = [
   'workflow.run.completed',
   'workflow.run.failed',
   'workflow.run.cancelled',
+  'workflow.run.waiting',
   'agent.message.received',
   'knowledge.document.ready',
   'knowledge.document.failed',

@@ -14,6 +14,7 @@ export const errorStatus = {
   not_found: 404,
   method_not_allowed: 405,
   run_not_running: 409,
+  run_not_waiting: 409,
   idempotency_key_in_use: 409,
   conflict: 409,
   payload_too_large: 413,

@@ -15,3 +15,5 @@ export const round6 = (n: number): number => Math.round(n * 1e6) / 1e6
 export function addUsage(a: Usage, b: Usage): Usage {
   return { tokens_in: a.tokens_in + b.tokens_in, tokens_out: a.tokens_out + b.tokens_out, credits: round6(a.credits + b.credits) }
 }
+
+export const ZERO_USAGE: Readonly<Usage> = Object.freeze({ tokens_in: 0, tokens_out: 0, credits: 0 })

@@ -7,9 +7,9 @@ import type { MachineDefinition } from './definition'
  * the graph and this progress; the machine records what happened, and refuses what cannot happen
  * (a node result after the run ended, a second end).
  */
-export const RUN_MACHINE_VERSION = 1
+export const RUN_MACHINE_VERSION = 2
 
-export type NodeStatus = 'running' | 'waiting' | 'completed' | 'skipped' | 'failed'
+export type NodeStatus = 'running' | 'waiting' | 'retrying' | 'completed' | 'skipped' | 'failed'
 
 export interface NodeProgress {
   status: NodeStatus
@@ -17,8 +17,14 @@ export interface NodeProgress {
   duration_ms?: number
   output?: unknown
   handle?: string
-  /** A `wait` node: when it is done waiting (ISO). */
+  /** A `wait` node: when it is done waiting; a retrying node: when its next attempt starts; a human_input node: when it times out (ISO). */
   until?: string
+  /** The attempt in flight (or the next one, while retrying): 1 for the first. */
+  attempt?: number
+  /** The last attempt's failure, while the node is retrying. */
+  error?: { code: string; message: string }
+  /** A human_input node waiting for its data: the prompt as rendered and the schema the data must match. */
+  input?: { prompt: string; schema: Record<string, unknown> | null }
 }
 
 export interface RunContext {
@@ -28,8 +34,9 @@ export interface RunContext {
 }
 
 export type RunEvent =
-  | { type: 'node.started'; node: string; at: string }
-  | { type: 'node.waiting'; node: string; until: string }
+  | { type: 'node.started'; node: string; at: string; attempt?: number }
+  | { type: 'node.waiting'; node: string; until?: string; input?: NodeProgress['input'] }
+  | { type: 'node.retrying'; node: string; attempt: number; until: string; code: string; message: string }
   | { type: 'node.completed'; node: string; output: unknown; handle?: string; durationMs: number; end: boolean }
   | { type: 'node.skipped'; node: string }
   | { type: 'node.failed'; node: string; code: string; message: string; durationMs: number }
@@ -39,15 +46,31 @@ export const runMachine = setup({
   types: {} as { context: RunContext; events: RunEvent },
   guards: {
     isEnd: ({ event }) => event.type === 'node.completed' && event.end,
+    isRunning: ({ context, event }) => 'node' in event && context.progress[event.node]?.status === 'running',
   },
   actions: {
     markStarted: assign({
-      progress: ({ context, event }) =>
-        event.type === 'node.started' ? { ...context.progress, [event.node]: { status: 'running' as const, started_at: event.at } } : context.progress,
+      progress: ({ context, event }) => {
+        if (event.type !== 'node.started') return context.progress
+        const started: NodeProgress = { status: 'running', started_at: event.at }
+        if (event.attempt !== undefined && event.attempt > 1) started.attempt = event.attempt
+        return { ...context.progress, [event.node]: started }
+      },
     }),
     markWaiting: assign({
+      progress: ({ context, event }) => {
+        if (event.type !== 'node.waiting') return context.progress
+        const waiting: NodeProgress = { ...context.progress[event.node]!, status: 'waiting' }
+        if (event.until !== undefined) waiting.until = event.until
+        if (event.input !== undefined) waiting.input = event.input
+        return { ...context.progress, [event.node]: waiting }
+      },
+    }),
+    markRetrying: assign({
       progress: ({ context, event }) =>
-        event.type === 'node.waiting' ? { ...context.progress, [event.node]: { ...context.progress[event.node], status: 'waiting' as const, until: event.until } } : context.progress,
+        event.type === 'node.retrying'
+          ? { ...context.progress, [event.node]: { ...context.progress[event.node], status: 'retrying' as const, attempt: event.attempt, until: event.until, error: { code: event.code, message: event.message } } }
+          : context.progress,
     }),
     markCompleted: assign({
       progress: ({ context, event }) => {
@@ -55,6 +78,8 @@ export const runMachine = setup({
         const done: NodeProgress = { ...context.progress[event.node], status: 'completed', duration_ms: event.durationMs, output: event.output }
         if (event.handle !== undefined) done.handle = event.handle
         delete done.until
+        delete done.error
+        delete done.input
         return { ...context.progress, [event.node]: done }
       },
     }),
@@ -64,27 +89,28 @@ export const runMachine = setup({
     recordOutputs: assign({ outputs: ({ event }) => (event.type === 'node.completed' ? (event.output as Record<string, unknown>) : null) }),
     recordFailure: assign({
       progress: ({ context, event }) =>
-        event.type === 'node.failed' ? { ...context.progress, [event.node]: { ...context.progress[event.node], status: 'failed' as const, duration_ms: event.durationMs } } : context.progress,
+        event.type === 'node.failed' ? { ...context.progress, [event.node]: { ...context.progress[event.node], status: 'failed' as const, duration_ms: event.durationMs, error: { code: event.code, message: event.message } } } : context.progress,
       error: ({ event }) => (event.type === 'node.failed' ? { code: event.code, message: event.message, node: event.node } : null),
     }),
   },
 }).createMachine({
   id: 'workflow-run',
-  description: 'A workflow run: nodes start, wait, complete, are skipped or fail; the first end node to complete completes the run.',
+  description: 'A workflow run: nodes start, wait (a timer, a person\'s input), retry, complete, are skipped or fail; the first end node to complete completes the run.',
   context: { progress: {}, outputs: null, error: null },
   initial: 'running',
   states: {
     running: {
       description: 'Nodes execute as soon as every incoming edge is settled; independent branches in parallel.',
       on: {
-        'node.started': { actions: 'markStarted', description: 'persisted before the node executes' },
-        'node.waiting': { actions: 'markWaiting', description: 'a wait node, held by a Redis timer' },
+        'node.started': { actions: 'markStarted', description: 'persisted before the node executes (again, after a retry\'s back-off)' },
+        'node.waiting': { guard: 'isRunning', actions: 'markWaiting', description: 'a wait node (a durable timer) or a human_input node (its data, or its time-out); the run is parked, holding no lease' },
+        'node.retrying': { guard: 'isRunning', actions: 'markRetrying', description: 'an attempt failed and the node\'s retry allows another, after its back-off' },
         'node.completed': [
           { guard: 'isEnd', target: 'completed', actions: ['markCompleted', 'recordOutputs'], description: 'an end node: its outputs are the run\'s' },
-          { actions: 'markCompleted' },
+          { actions: 'markCompleted', description: 'its output (with on_error continue or branch, the error as output)' },
         ],
         'node.skipped': { actions: 'markSkipped', description: 'on a branch a condition did not take' },
-        'node.failed': { target: 'failed', actions: 'recordFailure' },
+        'node.failed': { target: 'failed', actions: 'recordFailure', description: 'its last attempt failed and on_error is fail' },
         'cancel.requested': { target: 'cancelled', description: 'POST /v1/runs/{id}/cancel; the node in flight is aborted' },
       },
     },
@@ -94,12 +120,17 @@ export const runMachine = setup({
   },
 })
 
-/** The run machine as the service runs it: snapshots of version 1 (the first), and its announcements. */
+/**
+ * The run machine as the service runs it, and its announcements. Version 2 added retrying nodes,
+ * attempts, waiting for input and node errors to the progress; every version 1 snapshot is a valid
+ * version 2 one as it is, but a version 1 process would not know what a retrying or input-waiting
+ * node is, so the bump keeps it away from the runs version 2 writes.
+ */
 export const runDefinition: MachineDefinition<RunContext> = {
   name: 'workflow-run',
   machine: runMachine,
   version: RUN_MACHINE_VERSION,
-  upgrades: {},
+  upgrades: { 1: (snapshot) => snapshot },
   announces: { completed: 'workflow.run.completed', failed: 'workflow.run.failed', cancelled: 'workflow.run.cancelled' },
   memo: false,
 }

@@ -9,6 +9,15 @@ export const Usage = t.Object({ tokens_in: t.Integer(), tokens_out: t.Integer(),
 export const RunError = t.Object({ code: t.String(), message: t.String(), node: t.Union([t.String(), t.Null()]) })
 export const Status = t.UnionEnum(['running', 'completed', 'failed', 'cancelled'])
 
+/** A human_input node waiting for its data: POST /v1/runs/{run_id}/input with { node, data } resumes the run. */
+export const RunWaiting = t.Object({
+  node: t.String({ description: 'The id of the node waiting' }),
+  prompt: t.String({ description: 'What the person is asked, rendered from the node\'s prompt template' }),
+  schema: t.Union([t.Record(t.String(), t.Unknown()), t.Null()], { description: 'The JSON Schema the data must match (null: any JSON value)' }),
+  since: Timestamp,
+  expires_at: t.Union([Timestamp, t.Null()], { description: 'Past this time the node fails with input_timeout (null: it waits for as long as it takes)' }),
+})
+
 /** The run object (docs/api.md, "Runs"): answered flat by get and cancel, and as each item of the run lists. */
 export const Run = t.Object({
   run_id: t.String(),
@@ -23,8 +32,8 @@ export const Run = t.Object({
   user_id: t.Union([t.String(), t.Null()]),
   created_at: Timestamp,
   finished_at: t.Union([Timestamp, t.Null()]),
-  parent_run_id: t.Null({ description: 'Reserved for runs started by another run; always null for now' }),
-  waiting: t.Null({ description: 'Reserved for what a waiting run waits on; always null for now' }),
+  parent_run_id: t.Union([t.String(), t.Null()], { description: 'The run whose sub_workflow or iteration node started this one; null for a run started by a caller, a schedule or a hook' }),
+  waiting: t.Union([RunWaiting, t.Null()], { description: 'What a running run waits on (a human_input node), else null' }),
 })
 
 /** A run answered on its own: the run object with the request id beside its fields, not in `data`. */
@@ -88,6 +97,14 @@ export const EventsQuery = t.Object(
   { after: t.Optional(t.String({ pattern: '^[0-9]{1,9}$', description: 'Only events after this sequence number (as Last-Event-ID)' })) },
   { additionalProperties: false },
 )
+export const InputBody = t.Object(
+  {
+    node: t.String({ minLength: 1, maxLength: 64, description: 'The id of the human_input node the data is for (the run\'s waiting.node)' }),
+    data: t.Unknown({ description: 'The data asked for, matching the node\'s schema' }),
+  },
+  { additionalProperties: false, examples: [{ node: 'approve', data: { approved: true, comment: 'Fine by me' } }] },
+)
+
 export const RunEvents = t.Object({ request_id: t.String(), data: t.Array(RunEvent) })
 
 export function toRun(r: RunRow): typeof Run.static {
@@ -103,8 +120,8 @@ export function toRun(r: RunRow): typeof Run.static {
     user_id: r.user_id,
     created_at: iso(r.created_at)!,
     finished_at: iso(r.finished_at),
-    parent_run_id: null,
-    waiting: null,
+    parent_run_id: r.parent_run_id ?? null,
+    waiting: r.status === 'running' ? (r.waiting ?? null) : null,
   }
   if (r.error) out.error = r.error
   return out

@@ -9,7 +9,7 @@ import { errors, ListOf } from './common.model'
 import { authenticated } from './plugins/auth'
 import { sseResponse, type SseEvent } from './plugins/sse'
 import {
-  AllRunsQuery, EventsQuery, Run, RunAnswer, RunEvents, RunParams, RunStarted, RunsQuery, SyncRun, TriggerBody, TriggerQuery, WorkflowParams,
+  AllRunsQuery, EventsQuery, InputBody, Run, RunAnswer, RunEvents, RunParams, RunStarted, RunsQuery, SyncRun, TriggerBody, TriggerQuery, WorkflowParams,
   allRunList, runAnswer, runList, toRun, toSync,
 } from './runs.model'
 
@@ -93,6 +93,16 @@ export function runRoutes(deps: Deps) {
       params: RunParams,
       response: { 200: RunAnswer, ...errors(403, 404, 409, 422) },
       detail: { tags, summary: 'Cancel a running run (409 run_not_running otherwise); the node in flight is aborted' },
+    })
+    .post('/runs/:run_id/input', async ({ caller, requestId, params, body }) => runAnswer(requestId, await runsDomain.submitInput(deps, caller, params.run_id, body)), {
+      params: RunParams,
+      body: InputBody,
+      response: { 200: RunAnswer, ...errors(400, 403, 404, 409) },
+      detail: {
+        tags,
+        summary: 'Give a waiting human_input node its data; the run resumes',
+        description: 'The run\'s waiting names the node, its prompt and the JSON Schema the data must match (400 naming the data\'s path otherwise). Answers the run object; 409 run_not_waiting when the node does not wait for input (answered already, past its timeout_seconds, or the run ended).',
+      },
     })
     .get('/runs/:run_id/events', async ({ caller, requestId, params, query, headers, request, set, route }) => {
       const run = await runsDomain.loadRun(deps, caller, params.run_id)

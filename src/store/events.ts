@@ -30,8 +30,8 @@ export async function emit(tx: Tx | Sql, workspaceId: string | null, type: strin
  * the event announces (its `workspace_id`): the event commits with that row's change, in one round
  * trip. `extra` is SQL over `u` merged into `data` (what only the update knows, e.g. a duration).
  */
-export function outboxCte(sql: Sql, type: string, data: Record<string, unknown>, extra: Fragment = sql`'{}'::jsonb`): Fragment {
-  return sql`, o as (
+export function outboxCte(sql: Sql, type: string, data: Record<string, unknown>, extra: Fragment = sql`'{}'::jsonb`, name = 'o'): Fragment {
+  return sql`, ${sql(name)} as (
     insert into events (id, workspace_id, type, data, created_at)
     select ${newId('evt')}, u.workspace_id, ${type}, ${sql.json(data as never)}::jsonb || ${extra}, clock_timestamp()
     from u)`

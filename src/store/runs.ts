@@ -4,7 +4,7 @@ import type { ListQuery } from '../lib/lists'
 import type { Persisted } from '../machines/runner'
 import { RUN_MACHINE_VERSION, type RunContext } from '../machines/workflow-run.machine'
 import type { Sql, Tx } from './db'
-import { release, type LeaseTable } from './leases'
+import type { LeaseTable } from './leases'
 import { writeRowTransition } from './transitions'
 import { inWorkspaces, listClauses, type WorkspaceScope } from './lists'
 
@@ -94,13 +94,68 @@ export const runLeases: LeaseTable = {
   claimable: (sql) => sql`and (wake_at is null or wake_at <= now())`,
 }
 
-/** A run parked on its waits: given back, not claimable before `wakeAt`. */
-export function parkRun(sql: Tx | Sql, id: string, owner: string, wakeAt: Date): Promise<void> {
-  return release(sql, runLeases, owner, id, sql`, wake_at = ${wakeAt}`)
+/** A run that waits on nothing the clock brings (only a person's input): parked until it is given. */
+export const NEVER = new Date('9999-12-31T00:00:00.000Z')
+
+/**
+ * A run parked on its waits: given back, not claimable before `wakeAt`. Only if it is unchanged
+ * since `nextSeq` was read: false when something else wrote it meanwhile (a person's input), and the
+ * worker reads it again instead of parking it past what it now can do.
+ */
+export async function parkRun(sql: Tx | Sql, id: string, owner: string, nextSeq: number, wakeAt: Date): Promise<boolean> {
+  const rows = await sql`
+    update runs set lease_owner = null, lease_until = null, wake_at = ${wakeAt}
+    where id = ${id} and lease_owner = ${owner} and next_seq = ${nextSeq} and status = 'running'
+    returning id`
+  return rows.length === 1
+}
+
+/** A new run started by a node of `parent_run_id`; the one already started for that node and item when there is one. */
+export async function insertChildRun(
+  sql: Sql,
+  r: Pick<RunRow, 'id' | 'workflow_id' | 'workflow_version' | 'workspace_id' | 'user_id' | 'inputs' | 'snapshot' | 'machine_version' | 'request_id' | 'parent_run_id' | 'parent_node' | 'item_index' | 'depth'>,
+): Promise<RunRow> {
+  const [row] = await sql<RunRow[]>`
+    insert into runs (id, workflow_id, workflow_version, workspace_id, user_id, status, inputs, snapshot, machine_version, request_id,
+                      parent_run_id, parent_node, item_index, depth)
+    values (${r.id}, ${r.workflow_id}, ${r.workflow_version}, ${r.workspace_id}, ${r.user_id}, 'running',
+            ${sql.json(r.inputs as never)}, ${sql.json(r.snapshot as never)}, ${r.machine_version}, ${r.request_id},
+            ${r.parent_run_id}, ${r.parent_node}, ${r.item_index}, ${r.depth})
+    on conflict (parent_run_id, parent_node, coalesce(item_index, -1)) where parent_run_id is not null do nothing
+    returning *`
+  if (row) return row
+  const [existing] = await sql<RunRow[]>`
+    select * from runs where parent_run_id = ${r.parent_run_id} and parent_node = ${r.parent_node} and coalesce(item_index, -1) = ${r.item_index ?? -1}`
+  return existing!
+}
+
+/** What a parent waits for of its children: how each ended, or that it still runs. */
+export type ChildRow = Pick<RunRow, 'id' | 'item_index' | 'status' | 'outputs' | 'error' | 'usage'>
+
+/** The children a node of `parentId` started (all of them, or those of `ids`). */
+export function childRuns(sql: Sql, parentId: string, node: string, ids?: string[]): Promise<ChildRow[]> {
+  return sql<ChildRow[]>`
+    select id, item_index, status, outputs, error, usage from runs
+    where parent_run_id = ${parentId} and parent_node = ${node} ${ids ? sql`and id in ${sql(ids)}` : sql``}`
+}
+
+/** The runs below `runId` (children, their children, …) still running. */
+export async function runningDescendants(sql: Sql, runId: string): Promise<string[]> {
+  const rows = await sql<{ id: string }[]>`
+    with recursive d as (
+      select id, status from runs where parent_run_id = ${runId}
+      union all
+      select r.id, r.status from runs r join d on r.parent_run_id = d.id)
+    select id from d where status = 'running'`
+  return rows.map((r) => r.id)
 }
 
 export interface RunWrite {
   status: RunStatus
+  /** What the run waits on now, when that changed (null: nothing any more). */
+  waiting?: RunWaiting | null
+  /** Claimable at once (a person's input arrived for a parked run). */
+  wake?: boolean
   /** Left out when the transition only appends to the log (LLM deltas): the stored one stays. */
   snapshot?: Persisted<RunContext>
   usage: RunUsage
@@ -117,8 +172,8 @@ export interface RunGuard {
 
 /**
  * A transition of a run in one statement: the row (snapshot, usage, outcome, `next_seq`), its log
- * rows with consecutive sequence numbers, and when given the outbox event of its end (the event's
- * `data` gains the run's `duration_ms`), all or nothing. Applies only if the guard still holds;
+ * rows with consecutive sequence numbers, and the outbox events it announces (its end, whose `data`
+ * gains the run's `duration_ms`; a node starting to wait for input), all or nothing. Applies only if the guard still holds;
  * answers null otherwise (the run ended, was taken over, or moved on since it was read).
  */
 export async function writeTransition(
@@ -126,11 +181,13 @@ export async function writeTransition(
   guard: RunGuard,
   w: RunWrite,
   log: { type: string; data: Record<string, unknown> }[],
-  outbox?: { type: string; data: Record<string, unknown> },
+  outbox: { type: string; data: Record<string, unknown>; ended?: boolean }[] = [],
 ): Promise<RunRow | null> {
   const f = w.finished
   const set = sql`
       status = ${w.status},
+      waiting = ${w.waiting === undefined ? sql`waiting` : w.waiting === null ? null : sql.json(w.waiting as never)},
+      wake_at = ${w.wake ? null : sql`wake_at`},
       snapshot = ${w.snapshot ? sql.json(w.snapshot as never) : sql`snapshot`},
       usage = ${sql.json(w.usage as never)},
       outputs = ${f ? sql.json(f.outputs as never) : sql`outputs`},
@@ -153,7 +210,7 @@ export async function writeTransition(
     guard: guarded,
     version: w.snapshot ? RUN_MACHINE_VERSION : undefined,
     with: events,
-    outbox: outbox && { ...outbox, extra: sql`jsonb_build_object('duration_ms', u.duration_ms)` },
+    outbox: outbox.map((o) => ({ type: o.type, data: o.data, extra: o.ended ? sql`jsonb_build_object('duration_ms', u.duration_ms)` : undefined })),
   })
 }
 

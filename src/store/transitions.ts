@@ -19,13 +19,13 @@ export interface RowTransition {
   version?: number
   /** More CTEs over `u`, each as `, name as (…)`. */
   with?: Fragment
-  /** The outbox event, its `data` merged with `extra` (SQL over `u`: what only the update knows). */
-  outbox?: { type: string; data: Record<string, unknown>; extra?: Fragment }
+  /** The outbox events, each one's `data` merged with its `extra` (SQL over `u`: what only the update knows). */
+  outbox?: { type: string; data: Record<string, unknown>; extra?: Fragment }[]
 }
 
 export async function writeRowTransition<Row extends object>(sql: Sql, t: RowTransition): Promise<Row | null> {
   const update = sql`update ${sql(t.table)} set ${t.set}, machine_version = ${t.version ?? sql`machine_version`}, updated_at = now() where ${t.guard} returning *`
-  const event = t.outbox ? outboxCte(sql, t.outbox.type, t.outbox.data, t.outbox.extra) : sql``
-  const [row] = await sql<Row[]>`with u as (${update}) ${t.with ?? sql``} ${event} select * from u`
+  const events = (t.outbox ?? []).reduce((all, o, i) => sql`${all} ${outboxCte(sql, o.type, o.data, o.extra, `o${i}`)}`, sql``)
+  const [row] = await sql<Row[]>`with u as (${update}) ${t.with ?? sql``} ${events} select * from u`
   return row ?? null
 }

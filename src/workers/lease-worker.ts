@@ -36,6 +36,8 @@ export interface LeaseOptions {
 export abstract class LeaseWorker<Row extends LeasedRow> extends PollingLoop {
   readonly owner = `${process.pid}:${newId('req').slice(4, 14)}`
   protected readonly active = new Map<string, AbortController>()
+  /** Rows held but only waiting on other rows (a parent run on its children): they take no place among `max`. */
+  protected idle = 0
   private heartbeat: ReturnType<typeof setInterval> | null = null
 
   constructor(
@@ -44,6 +46,17 @@ export abstract class LeaseWorker<Row extends LeasedRow> extends PollingLoop {
     log: Logger,
   ) {
     super(`${lease.what}: claiming`, lease.idleMs, log)
+  }
+
+  /** Waits for `wait` without counting the row among those worked on: the rows it waits for can be claimed meanwhile. */
+  protected async idling<T>(wait: Promise<T>): Promise<T> {
+    this.idle++
+    this.nudge()
+    try {
+      return await wait
+    } finally {
+      this.idle--
+    }
   }
 
   /** Works on a claimed row (its snapshot upgraded to the current version) until it settles or `ac` aborts. */
@@ -75,7 +88,7 @@ export abstract class LeaseWorker<Row extends LeasedRow> extends PollingLoop {
   protected async stopping(): Promise<void> {}
 
   protected async step(): Promise<boolean> {
-    const room = this.lease.max - this.active.size
+    const room = this.lease.max - this.active.size + this.idle
     if (room <= 0) return false
     const claimed = await leases.claim<Row>(this.sql, this.lease.table, this.owner, this.lease.leaseMs, room)
     for (const stored of claimed) {

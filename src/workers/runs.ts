@@ -3,15 +3,18 @@ import { searchBases } from '../domain/knowledge/search'
 import { executors } from '../domain/workflows/nodes'
 import { inputSpec } from '../domain/workflows/graph'
 import { plan } from '../domain/workflows/plan'
-import { CANCEL_CHANNEL, commitRun, published, RunNotRunning, type LogEvent } from '../domain/workflows/transitions'
-import { NodeError, type Graph, type GraphNode, type NodeResult } from '../domain/workflows/types'
+import { CANCEL_CHANNEL, commitRun, published, RUN_TIMER, RunNotRunning, type LogEvent } from '../domain/workflows/transitions'
+import { cancelDescendants, childPort } from '../domain/workflows/children'
+import { renderText } from '../domain/workflows/templates'
+import { ERROR_HANDLE, NodeError, type ChildPort, type Graph, type GraphNode, type NodeResult, type Variables } from '../domain/workflows/types'
+import { loadRow } from '../machines/definition'
 import { runDefinition, type NodeProgress, type RunContext, type RunEvent } from '../machines/workflow-run.machine'
 import * as runs from '../store/runs'
 import { getWorkflowVersion } from '../store/workflows'
 import { LeaseWorker } from './lease-worker'
 import type { TimerHandler } from './timers'
 
-export const RUN_TIMER = 'run'
+export { RUN_TIMER }
 /** A worker holds a run this long without a heartbeat; heartbeats come every third of it. */
 export const RUN_LEASE_MS = 15_000
 const MAX_RUNS = 64
@@ -87,10 +90,11 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
   /**
    * Drives a claimed run to its end, or until it parks on waits. The worker holds the run's row as
    * its last transition returned it; transitions are serialised per run, each computed from that row
-   * and written only if the row is still as read (`persist`'s guard), so parallel branches never
+   * and written only if the row is still as read (`commitRun`'s guard), so parallel branches never
    * race and a cancel or a take-over stops the run at its next write. The nodes a transition makes
    * ready start in the same write: node.completed of one node and node.started of the next are one
-   * snapshot, persisted before the next node executes.
+   * snapshot, persisted before the next node executes. A write refused because a person's input
+   * landed meanwhile (the run still ours) is computed again from the row as it now is.
    */
   private async drive(claimed: runs.RunRow, ac: AbortController) {
     let run = claimed
@@ -98,11 +102,10 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
     const byId = new Map(graph.nodes.map((n) => [n.id, n]))
     const inFlight = new Map<string, Promise<void>>()
     let chain: Promise<unknown> = Promise.resolve()
+    const children = childPort(this.deps, run, (wait) => this.idling(wait))
 
-    const launch = (id: string) => {
-      const node = byId.get(id)!
-      if (node.type === 'wait' || inFlight.has(id)) return
-      const p = this.runNode(run, graph, node, ac, transit)
+    const track = (id: string, work: () => Promise<void>) => {
+      const p = work()
         .catch((err) => {
           // The run ended (cancelled, failed on another branch, taken over): this node's result is moot.
           if (!(err instanceof RunNotRunning)) this.log.error({ err, run_id: run.id, node: id }, 'run worker: a node failed unexpectedly')
@@ -111,34 +114,68 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
         .finally(() => inFlight.delete(id))
       inFlight.set(id, p)
     }
+    const launch = (id: string) => {
+      const node = byId.get(id)!
+      if (HELD.has(node.type) || inFlight.has(id)) return
+      track(id, () => this.runNode(run, graph, node, ac, transit, children, (attempt, until) => retry(id, attempt, until)))
+    }
+    /** The next attempt of a node after its back-off: started (persisted), then executed. */
+    const retry = (id: string, attempt: number, until: number) => {
+      track(id, async () => {
+        await abortableSleep(until - Date.now(), ac.signal)
+        await transit(() => {
+          if (run.snapshot.context.progress[id]?.status !== 'retrying') return { events: [], log: [] }
+          const at = new Date().toISOString()
+          return { events: [{ type: 'node.started', node: id, at, attempt }], log: [startEvent(byId.get(id)!, at, attempt)] }
+        })
+        if (run.snapshot.context.progress[id]?.status === 'running') {
+          await this.runNode(run, graph, byId.get(id)!, ac, transit, children, (a, u) => retry(id, a, u))
+        }
+      })
+    }
 
     /** One transition: what happened (`head`), then the nodes it settles skipped and those it makes ready started. */
     const transit: Transit = (head) => {
       const p = chain.then(async () => {
-        const h = head()
-        const log = [...h.log]
-        let started: string[] = []
-        const more = h.logOnly ? undefined : (context: RunContext, state: string) => {
-          if (state !== 'running') return []
-          const f = followOn(graph, context.progress, Date.now())
-          log.push(...f.log)
-          started = f.started
-          return f.events
+        for (let tries = 0; ; tries++) {
+          const h = head()
+          const log = [...h.log]
+          let started: string[] = []
+          const more = h.logOnly ? undefined : (context: RunContext, state: string) => {
+            if (state !== 'running') return []
+            const f = followOn(graph, run, context.progress, Date.now())
+            log.push(...f.log)
+            started = f.started
+            return f.events
+          }
+          const saved = await commitRun(this.deps.db.sql, run, h.events, { log, owner: this.owner, addUsage: h.usage }, more)
+          if (!saved) {
+            const fresh = tries < 5 ? await runs.findRun(this.deps.db.sql, run.id) : null
+            if (fresh?.status === 'running' && fresh.lease_owner === this.owner) {
+              run = loadRow(runDefinition, fresh)
+              continue
+            }
+            throw new RunNotRunning(`run ${run.id} was cancelled or taken over`)
+          }
+          if (saved === run) return
+          run = saved
+          await published(this.deps.redis, run)
+          if (run.status !== 'running') {
+            ac.abort(new RunNotRunning(`run ${run.status}`))
+            if (run.status !== 'completed') await cancelDescendants(this.deps, run.id)
+          } else for (const id of started) launch(id)
+          return
         }
-        const saved = await commitRun(this.deps.db.sql, run, h.events, { log, owner: this.owner, addUsage: h.usage }, more)
-        if (!saved) throw new RunNotRunning(`run ${run.id} was cancelled or taken over`)
-        if (saved === run) return
-        run = saved
-        await published(this.deps.redis, run)
-        if (run.status !== 'running') ac.abort(new RunNotRunning(`run ${run.status}`))
-        else for (const id of started) launch(id)
       })
       chain = p.catch(() => {})
       return p
     }
 
-    // A node left `running` by a dead worker runs again; then whatever is ready starts.
-    for (const [id, p] of Object.entries(run.snapshot.context.progress)) if (p.status === 'running') launch(id)
+    // A node left `running` by a dead worker runs again, one left retrying resumes its back-off; then whatever is ready starts.
+    for (const [id, p] of Object.entries(run.snapshot.context.progress)) {
+      if (p.status === 'running') launch(id)
+      else if (p.status === 'retrying') retry(id, p.attempt ?? 2, Date.parse(p.until!))
+    }
     await transit(() => ({ events: [], log: [] })).catch((err) => {
       ac.abort(err)
       throw err
@@ -147,23 +184,28 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
       while (inFlight.size > 0) await Promise.race(inFlight.values())
       await chain
       if (ac.signal.aborted || run.status !== 'running') return
-      const progress = run.snapshot.context.progress
-      const waits = Object.entries(progress).filter(([, p]) => p.status === 'waiting')
       const now = Date.now()
-      const due = waits.filter(([, p]) => Date.parse(p.until!) <= now)
-      if (due.length > 0) {
-        await transit(() => ({
-          events: due.map(([id, p]) => ({ type: 'node.completed' as const, node: id, output: {}, durationMs: now - Date.parse(p.started_at!), end: false })),
-          log: due.map(([id, p]) => endEvent(byId.get(id)!, now - Date.parse(p.started_at!), {})),
-        }))
+      const waits = Object.entries(run.snapshot.context.progress).filter(([, p]) => p.status === 'waiting')
+      if (waits.some(([, p]) => p.until !== undefined && Date.parse(p.until) <= now)) {
+        await this.settleWaits(() => run, byId, transit).catch((err) => {
+          if (!(err instanceof RunNotRunning)) throw err
+        })
         continue
       }
       if (waits.length > 0) {
-        // Parked: the lease is let go; the timer (or the claim query once wake_at passes) brings it back.
-        const wakeAt = new Date(Math.min(...waits.map(([, p]) => Date.parse(p.until!))))
-        await runs.parkRun(this.deps.db.sql, run.id, this.owner, wakeAt)
-        await this.deps.timers.schedule(RUN_TIMER, [{ id: run.id, at: wakeAt }])
-        return
+        // Parked: the lease is let go; the timer (or the claim query once wake_at passes) brings it
+        // back, or a person's input does. Refused when the run moved on meanwhile: read it again.
+        const times = waits.flatMap(([, p]) => (p.until === undefined ? [] : [Date.parse(p.until)]))
+        const wakeAt = times.length > 0 ? new Date(Math.min(...times)) : runs.NEVER
+        if (await runs.parkRun(this.deps.db.sql, run.id, this.owner, run.next_seq, wakeAt)) {
+          if (wakeAt !== runs.NEVER) await this.deps.timers.schedule(RUN_TIMER, [{ id: run.id, at: wakeAt }])
+          return
+        }
+        const fresh = await runs.findRun(this.deps.db.sql, run.id)
+        if (fresh?.status !== 'running' || fresh.lease_owner !== this.owner) return
+        run = loadRow(runDefinition, fresh)
+        await transit(() => ({ events: [], log: [] }))
+        continue
       }
       await transit(() => ({
         events: [{ type: 'node.failed', node: 'start', code: 'internal', message: 'the run has no node left to execute and reached no end', durationMs: 0 }],
@@ -173,19 +215,39 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
     }
   }
 
-  private async runNode(run: runs.RunRow, graph: Graph, node: GraphNode, ac: AbortController, transit: Transit) {
+  /** Waits whose time has come: a wait node is done; a human_input node not answered in time fails with input_timeout (then its on_error). */
+  private async settleWaits(current: () => runs.RunRow, byId: Map<string, GraphNode>, transit: Transit) {
+    const now = Date.now()
+    const waiting = (id: string) => current().snapshot.context.progress[id]?.status === 'waiting'
+    const due = Object.entries(current().snapshot.context.progress).filter(([, p]) => p.status === 'waiting' && p.until !== undefined && Date.parse(p.until) <= now)
+    for (const [id, p] of due) {
+      const node = byId.get(id)!
+      const durationMs = now - Date.parse(p.started_at!)
+      if (node.type === 'human_input') {
+        const seconds = node.config.timeout_seconds
+        await settleFailure(transit, node, new NodeError('input_timeout', `no input within ${String(seconds)} s`), durationMs, 1, () => waiting(id))
+        continue
+      }
+      await transit(() => (waiting(id) ? {
+        events: [{ type: 'node.completed', node: id, output: {}, durationMs, end: false }],
+        log: [endEvent(node, durationMs, {}, 1)],
+      } : { events: [], log: [] }))
+    }
+  }
+
+  private async runNode(
+    run: runs.RunRow,
+    graph: Graph,
+    node: GraphNode,
+    ac: AbortController,
+    transit: Transit,
+    children: ChildPort,
+    retry: (attempt: number, until: number) => void,
+  ) {
     const started = Date.now()
     const progress = run.snapshot.context.progress
-    // A node on a branch not taken reads as null, and so does an optional input left out: a template
-    // at a join may name either.
-    const vars = {
-      inputs: { ...Object.fromEntries(inputSpec(graph).map((i) => [i.name, null])), ...run.inputs },
-      nodes: Object.fromEntries(
-        Object.entries(progress)
-          .filter(([, p]) => p.status === 'completed' || p.status === 'skipped')
-          .map(([id, p]) => [id, { output: p.status === 'completed' ? p.output : null }]),
-      ),
-    }
+    const attempt = progress[node.id]?.attempt ?? 1
+    const vars = varsOf(graph, run.inputs, progress)
     let pending = ''
     let flushAt = 0
     const flush = async () => {
@@ -197,15 +259,28 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
         if (err instanceof RunNotRunning) ac.abort(err)
       })
     }
+    // An attempt's own time limit aborts what it does, as a cancel would, and fails it with node_timeout.
+    const attemptAc = new AbortController()
+    const abortAttempt = () => attemptAc.abort(ac.signal.reason)
+    ac.signal.addEventListener('abort', abortAttempt, { once: true })
+    let timer: ReturnType<typeof setTimeout> | undefined
+    const timedOut = node.timeout_ms === undefined ? null : new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const err = new NodeError('node_timeout', `no result within timeout_ms (${node.timeout_ms} ms)`)
+        attemptAc.abort(err)
+        reject(err)
+      }, node.timeout_ms)
+    })
     let result: NodeResult
     try {
-      result = await executors[node.type](node, {
+      const work = executors[node.type](node, {
         vars,
-        signal: ac.signal,
+        signal: attemptAc.signal,
         config: this.deps.config,
         gateway: this.deps.models,
         call: { workspaceId: run.workspace_id, requestId: run.request_id ?? run.id },
         knowledge: { search: (ids, input, signal) => searchBases(this.deps, run.workspace_id, ids, input, { workspaceId: run.workspace_id, requestId: run.request_id ?? run.id }, signal) },
+        children,
         delta: (text: string) => {
           pending += text
           if (Date.now() - flushAt >= DELTA_FLUSH_MS) {
@@ -214,23 +289,94 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
           }
         },
       })
+      result = await (timedOut ? Promise.race([work, timedOut]) : work)
       await flush()
     } catch (err) {
       if (ac.signal.aborted) throw new RunNotRunning('aborted')
-      const e = err instanceof NodeError ? err : new NodeError('internal', (err as Error).message)
+      const timeout = attemptAc.signal.reason instanceof NodeError ? attemptAc.signal.reason : null
+      const e = timeout ?? (err instanceof NodeError ? err : new NodeError('internal', (err as Error).message))
       const durationMs = Date.now() - started
-      await transit(() => ({
-        events: [{ type: 'node.failed', node: node.id, code: e.code, message: e.message, durationMs }],
-        log: [endEvent(node, durationMs, { error: { code: e.code, message: e.message } })],
-      }))
+      const policy = node.retry
+      if (policy && attempt < policy.max_attempts && retryable(e.code)) {
+        const until = Date.now() + policy.backoff_ms * 2 ** (attempt - 1)
+        await transit(() => ({
+          events: [{ type: 'node.retrying', node: node.id, attempt: attempt + 1, until: new Date(until).toISOString(), code: e.code, message: e.message }],
+          log: [endEvent(node, durationMs, { error: { code: e.code, message: e.message } }, attempt)],
+          usage: e.usage,
+        }))
+        retry(attempt + 1, until)
+        return
+      }
+      await settleFailure(transit, node, e, durationMs, attempt, () => true)
       return
+    } finally {
+      clearTimeout(timer)
+      ac.signal.removeEventListener('abort', abortAttempt)
     }
     const durationMs = Date.now() - started
     await transit(() => ({
       events: [{ type: 'node.completed', node: node.id, output: result.output, handle: result.handle, durationMs, end: node.type === 'end' }],
-      log: [endEvent(node, durationMs, result.output)],
+      log: [endEvent(node, durationMs, result.output, attempt)],
       usage: result.usage,
     }))
+  }
+}
+
+/** Nodes the engine holds instead of executing: a wait (a durable timer), a human_input (a person's data). */
+const HELD = new Set(['wait', 'human_input'])
+
+/** Failures that another attempt cannot change: the node's own configuration, its inputs, the engine's limits. */
+const FINAL_CODES = new Set(['invalid_config', 'invalid_input', 'template_error', 'expression_error', 'max_depth_exceeded', 'too_many_items', 'input_timeout', 'ssrf_refused', 'budget_exceeded', 'model_not_found'])
+const retryable = (code: string) => !FINAL_CODES.has(code)
+
+/** A node's last attempt failed: by its on_error, the run fails, goes on with the error as the output, or takes the error edges. */
+function settleFailure(transit: Transit, node: GraphNode, e: NodeError, durationMs: number, attempt: number, still: () => boolean): Promise<void> {
+  const error = { code: e.code, message: e.message }
+  const onError = node.on_error ?? 'fail'
+  if (onError === 'fail') {
+    return transit(() => (still() ? {
+      events: [{ type: 'node.failed', node: node.id, code: e.code, message: e.message, durationMs }],
+      log: [endEvent(node, durationMs, { error }, attempt)],
+      usage: e.usage,
+    } : { events: [], log: [] }))
+  }
+  const output = { error }
+  return transit(() => (!still() ? { events: [], log: [] } : {
+    events: [{ type: 'node.completed', node: node.id, output, handle: onError === 'branch' ? ERROR_HANDLE : undefined, durationMs, end: false }],
+    log: [endEvent(node, durationMs, output, attempt)],
+    usage: e.usage,
+  }))
+}
+
+function abortableSleep(ms: number, signal: AbortSignal): Promise<void> {
+  if (ms <= 0) return Promise.resolve()
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => {
+      signal.removeEventListener('abort', stop)
+      resolve()
+    }, ms)
+    const stop = () => {
+      clearTimeout(t)
+      reject(new RunNotRunning('aborted'))
+    }
+    if (signal.aborted) return stop()
+    signal.addEventListener('abort', stop, { once: true })
+  })
+}
+
+/**
+ * What templates see: the run's inputs and the outputs of the nodes settled so far. A node on a
+ * branch not taken reads as null, and so does an optional input left out: a template at a join may
+ * name either.
+ */
+function varsOf(graph: Graph, inputs: Record<string, unknown>, progress: Record<string, NodeProgress>): Variables {
+  return {
+    inputs: { ...Object.fromEntries(inputSpec(graph).map((i) => [i.name, null])), ...inputs },
+    nodes: Object.fromEntries(
+      Object.entries(progress)
+        .filter(([, p]) => p.status === 'completed' || p.status === 'skipped')
+        .map(([id, p]) => [id, { output: p.status === 'completed' ? p.output : null }]),
+    ),
   }
 }
 
@@ -239,9 +385,10 @@ type Transit = (head: () => { events: RunEvent[]; log: LogEvent[]; usage?: runs.
 
 /**
  * What follows a transition in the same write: nodes on branches not taken are skipped, and the
- * nodes now ready start (a `wait` node starts waiting: it holds no worker, only its `until`).
+ * nodes now ready start (a `wait` node starts waiting: it holds no worker, only its `until`; a
+ * `human_input` node starts waiting for its data, its prompt rendered now).
  */
-function followOn(graph: Graph, progress: Record<string, NodeProgress>, now: number): { events: RunEvent[]; log: LogEvent[]; started: string[] } {
+function followOn(graph: Graph, run: runs.RunRow, progress: Record<string, NodeProgress>, now: number): { events: RunEvent[]; log: LogEvent[]; started: string[] } {
   const { ready, skip } = plan(graph, progress)
   const events: RunEvent[] = skip.map((node) => ({ type: 'node.skipped' as const, node }))
   const log: LogEvent[] = []
@@ -250,11 +397,32 @@ function followOn(graph: Graph, progress: Record<string, NodeProgress>, now: num
     const node = graph.nodes.find((n) => n.id === id)!
     events.push({ type: 'node.started', node: id, at })
     if (node.type === 'wait') events.push({ type: 'node.waiting', node: id, until: new Date(now + Number(node.config.seconds) * 1000).toISOString() })
-    log.push({ type: 'node_start', data: { node: node.name ?? node.id, node_id: node.id, started_at: at } })
+    if (node.type === 'human_input') events.push(askInput(graph, run, progress, node, now))
+    log.push(startEvent(node, at, 1))
   }
   return { events, log, started: ready }
 }
 
-function endEvent(node: GraphNode, durationMs: number, output: unknown): LogEvent {
-  return { type: 'node_end', data: { node: node.name ?? node.id, node_id: node.id, duration_ms: durationMs, output: (output ?? {}) as Record<string, unknown> } }
+function askInput(graph: Graph, run: runs.RunRow, progress: Record<string, NodeProgress>, node: GraphNode, now: number): RunEvent {
+  let prompt: string
+  try {
+    prompt = renderText(node.config.prompt as string, varsOf(graph, run.inputs, progress))
+  } catch (err) {
+    prompt = `${node.config.prompt as string} (not rendered: ${(err as Error).message})`
+  }
+  const seconds = node.config.timeout_seconds as number | undefined
+  return {
+    type: 'node.waiting',
+    node: node.id,
+    input: { prompt, schema: (node.config.schema as Record<string, unknown> | undefined) ?? null },
+    ...(seconds !== undefined ? { until: new Date(now + seconds * 1000).toISOString() } : {}),
+  }
+}
+
+function startEvent(node: GraphNode, at: string, attempt: number): LogEvent {
+  return { type: 'node_start', data: { node: node.name ?? node.id, node_id: node.id, started_at: at, attempt } }
+}
+
+function endEvent(node: GraphNode, durationMs: number, output: unknown, attempt: number): LogEvent {
+  return { type: 'node_end', data: { node: node.name ?? node.id, node_id: node.id, duration_ms: durationMs, output: (output ?? {}) as Record<string, unknown>, attempt } }
 }

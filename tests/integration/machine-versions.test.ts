@@ -3,6 +3,7 @@ import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { originalKey } from '../../src/domain/knowledge/documents'
 import { newId } from '../../src/lib/ids'
+import { runDefinition } from '../../src/machines/workflow-run.machine'
 import * as knowledge from '../../src/store/knowledge'
 import { insertDeliveries } from '../../src/store/deliveries'
 import { findRun, insertRun, type RunRow } from '../../src/store/runs'
@@ -47,7 +48,8 @@ describe('workflow-run snapshots', () => {
     const done = await env.finished(run.id)
     expect(done).toMatchObject({ status: 'completed', outputs: { greeting: 'Hello Ada' } })
     const row = (await findRun(sql(), run.id))!
-    expect(row.machine_version).toBe(1)
+    // Written back at today's version by its first transition.
+    expect(row.machine_version).toBe(runDefinition.version)
     const events = await env.eventsOf(run.id)
     expect(events.filter((e) => e.event === 'done')).toHaveLength(1)
     expect(events.filter((e) => e.event === 'node_end').map((e) => e.data.node_id).sort()).toEqual(['end', 'greet', 'pause'])

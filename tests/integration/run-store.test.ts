@@ -67,7 +67,8 @@ describe('claiming runs (src/store/leases.ts with runLeases)', () => {
     expect(run.lease_until!.getTime()).toBeGreaterThan(Date.now() + 50_000)
     expect(run.snapshot).toEqual(initial())
     expect((await claimRuns(db.sql, 'other', 60_000, 100)).map((r) => r.id)).not.toContain(run.id)
-    await parkRun(db.sql, run.id, owner, new Date(Date.now() + 60_000))
+    expect(await parkRun(db.sql, run.id, owner, run.next_seq + 1, new Date(Date.now() + 60_000))).toBe(false)
+    expect(await parkRun(db.sql, run.id, owner, run.next_seq, new Date(Date.now() + 60_000))).toBe(true)
     expect((await claimRuns(db.sql, 'other', 60_000, 100)).map((r) => r.id)).not.toContain(run.id)
     await release(db.sql, runLeases, 'not-the-owner', run.id, db.sql`, wake_at = null`)
     expect((await findRun(db.sql, run.id))!.wake_at).not.toBeNull()
@@ -111,7 +112,7 @@ describe('writeTransition', () => {
     const done = applyEvents(first!.snapshot, [{ type: 'node.completed', node: 'start', output: {}, durationMs: 1, end: true }])
     const answer = await writeTransition(db.sql, guard(first!), { status: 'completed', snapshot: done, usage: zero, finished: { outputs: {}, error: null } }, [
       { type: 'done', data: {} },
-    ], { type: 'workflow.run.completed', data: { run_id: run.id } })
+    ], [{ type: 'workflow.run.completed', data: { run_id: run.id }, ended: true }])
     expect(answer).toBeNull()
     const row = await findRun(db.sql, run.id)
     expect({ status: row!.status, next_seq: row!.next_seq, snapshot: row!.snapshot, finished_at: row!.finished_at }).toEqual({

@@ -231,9 +231,9 @@ describe('async and streamed runs', () => {
     expect(events.filter((e) => e.event === 'done').length).toBe(1)
     const first = events[0]!
     expect(first.event).toBe('node_start')
-    expect(Object.keys(first.data).sort()).toEqual(['node', 'node_id', 'started_at'])
+    expect(Object.keys(first.data).sort()).toEqual(['attempt', 'node', 'node_id', 'started_at'])
     const greetEnd = events.find((e) => e.event === 'node_end' && e.data.node_id === 'greet')!
-    expect(Object.keys(greetEnd.data).sort()).toEqual(['duration_ms', 'node', 'node_id', 'output'])
+    expect(Object.keys(greetEnd.data).sort()).toEqual(['attempt', 'duration_ms', 'node', 'node_id', 'output'])
     const runId = (await env.h.deps.db.sql`select id from runs where workflow_id = ${simple} order by created_at desc limit 1`)[0]!.id as string
     expect(await env.eventsOf(runId)).toEqual(events)
 

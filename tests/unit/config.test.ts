@@ -26,6 +26,7 @@ test('an empty environment gives the defaults of docs/deployment.md', () => {
     modelsFile: null,
     tls: null,
     syncRunTimeoutMs: 120_000,
+    iterationMaxItems: 10_000,
     webhookRetryDelaysMs: [30_000, 60_000, 300_000, 1_800_000, 7_200_000],
     webhookTimeoutMs: 10_000,
     webhookDisableAfterMs: 432_000_000,

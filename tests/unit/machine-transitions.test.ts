@@ -34,11 +34,14 @@ const chunking = { chunk_size: 200, chunk_overlap: 20 }
 const cases: Case[] = [
   {
     def: runDefinition,
-    limit: 200,
+    limit: 400,
     events: [
       { type: 'node.started', node: 'a', at },
       { type: 'node.started', node: 'b', at },
       { type: 'node.waiting', node: 'a', until: at },
+      { type: 'node.waiting', node: 'b', input: { prompt: 'Approve?', schema: null } },
+      { type: 'node.retrying', node: 'a', attempt: 2, until: at, code: 'http_error', message: 'status 503' },
+      { type: 'node.started', node: 'a', at, attempt: 2 },
       { type: 'node.completed', node: 'a', output: { text: 'x' }, durationMs: 1, end: false },
       { type: 'node.completed', node: 'b', output: { done: true }, handle: 'yes', durationMs: 2, end: true },
       { type: 'node.skipped', node: 'b' },

@@ -54,8 +54,9 @@ describe('loadSnapshot', () => {
   })
 
   test('a newer version is refused with NewerSnapshot, naming both versions', () => {
-    expect(() => loadSnapshot(runDefinition, { snapshot: v1.snapshot, machine_version: 2 })).toThrow(NewerSnapshot)
-    expect(() => loadSnapshot(runDefinition, { snapshot: v1.snapshot, machine_version: 2 })).toThrow(/version 2 .* knows up to 1/)
+    const newer = runDefinition.version + 1
+    expect(() => loadSnapshot(runDefinition, { snapshot: v1.snapshot, machine_version: newer })).toThrow(NewerSnapshot)
+    expect(() => loadSnapshot(runDefinition, { snapshot: v1.snapshot, machine_version: newer })).toThrow(new RegExp(`version ${newer} .* knows up to ${runDefinition.version}`))
   })
 
   test('a missing upgrade is a definition bug, not a silent pass-through', () => {

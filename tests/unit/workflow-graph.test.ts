@@ -146,7 +146,7 @@ const invalid: [string, unknown, string, string][] = [
   ['edge to itself', mutate(base(), (g) => g.edges.push({ source: 'answer', target: 'answer' })), 'graph.edges.2.target', 'an edge from node "answer" to itself is a cycle'],
   ['repeated edge', mutate(base(), (g) => g.edges.push({ source: 'answer', target: 'end' })), 'graph.edges.2', 'repeats graph.edges[1]'],
   ['unknown edge field', mutate(base(), (g) => (g.edges[0].label = 'go')), 'graph.edges.0.label', 'unknown field'],
-  ['source_handle off a non-condition', mutate(base(), (g) => (g.edges[1].source_handle = 'a')), 'graph.edges.1.source_handle', 'only edges leaving a condition node take a source_handle; "answer" is a llm node'],
+  ['source_handle off a non-condition', mutate(base(), (g) => (g.edges[1].source_handle = 'a')), 'graph.edges.1.source_handle', 'only edges leaving a condition node take a source_handle (or "error", from a node with on_error "branch"); "answer" is a llm node'],
   ['condition edge without handle', mutate(branching(), (g) => delete g.edges[1].source_handle), 'graph.edges.1.source_handle', 'an edge leaving condition node "cond1" names the branch it takes: one of a, b, default'],
   ['condition edge with an unknown handle', mutate(branching(), (g) => (g.edges[1].source_handle = 'c')), 'graph.edges.1.source_handle', 'condition node "cond1" has no case "c"; one of a, b, default'],
   // topology

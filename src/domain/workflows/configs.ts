@@ -1,5 +1,6 @@
 import jsonata from 'jsonata'
 import { AppError, type ErrorDetail } from '../../lib/errors'
+import { schemaProblem } from '../../lib/json-schema'
 import type { NodeType } from './types'
 
 /** A path inside a node's config: `['cases', 0, 'when']`. */
@@ -23,6 +24,10 @@ export const HTTP_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD'] as
 export const LLM_ROLES = ['system', 'user', 'assistant'] as const
 export const MAX_CODE_BYTES = 100 * 1024
 export const MAX_WAIT_SECONDS = 86_400 * 7
+/** A human_input node waits at most 30 days. */
+export const MAX_INPUT_SECONDS = 2_592_000
+export const MAX_ITERATION_CONCURRENCY = 16
+export const DEFAULT_ITERATION_CONCURRENCY = 4
 const MAX_EXPRESSION = 10_000
 const MAX_CASES = 100
 
@@ -249,11 +254,50 @@ export const NODE_SPECS: Record<NodeType, NodeSpec> = {
     check: (cfg, report) => num(cfg, 'seconds', report, { min: 0, minExclusive: true, max: MAX_WAIT_SECONDS }),
     templates: none,
   },
+  sub_workflow: {
+    keys: ['workflow_id', 'inputs'],
+    check(cfg, report) {
+      str(cfg, 'workflow_id', report, { nonEmpty: true })
+      stringRecord(cfg, 'inputs', report, true)
+    },
+    templates: (cfg) => recordTemplates(cfg, 'inputs'),
+  },
+  iteration: {
+    keys: ['workflow_id', 'items', 'item_input', 'inputs', 'concurrency', 'on_item_error'],
+    check(cfg, report) {
+      str(cfg, 'workflow_id', report, { nonEmpty: true })
+      str(cfg, 'items', report, { nonEmpty: true })
+      if (typeof cfg.item_input !== 'string' || !INPUT_NAME.test(cfg.item_input)) report(['item_input'], 'must name an input of the workflow run for each item (an identifier)')
+      stringRecord(cfg, 'inputs', report, true)
+      if (isObject(cfg.inputs) && typeof cfg.item_input === 'string' && Object.hasOwn(cfg.inputs, cfg.item_input)) {
+        report(['inputs', cfg.item_input], `is the item_input, set to each item; leave it out of inputs`)
+      }
+      num(cfg, 'concurrency', report, { min: 1, max: MAX_ITERATION_CONCURRENCY, integer: true, optional: true })
+      if (cfg.on_item_error !== undefined && cfg.on_item_error !== 'fail' && cfg.on_item_error !== 'skip') report(['on_item_error'], 'must be fail or skip')
+    },
+    templates: (cfg) => [[['items'], cfg.items as string], ...recordTemplates(cfg, 'inputs')],
+  },
+  human_input: {
+    keys: ['prompt', 'schema', 'timeout_seconds'],
+    check(cfg, report) {
+      str(cfg, 'prompt', report, { nonEmpty: true })
+      num(cfg, 'timeout_seconds', report, { min: 1, max: MAX_INPUT_SECONDS, integer: true, optional: true })
+      if (cfg.schema === undefined) return
+      if (!isObject(cfg.schema)) return report(['schema'], `must be a JSON Schema (an object), not ${typeOf(cfg.schema)}`)
+      const problem = schemaProblem(cfg.schema)
+      if (problem) report(['schema'], `is not a usable JSON Schema: ${problem}`)
+    },
+    templates: (cfg) => [[['prompt'], cfg.prompt as string]],
+  },
   end: {
     keys: ['outputs'],
     check: (cfg, report) => stringRecord(cfg, 'outputs', report, false),
     templates: (cfg) => Object.entries(cfg.outputs as Record<string, string>).map(([k, v]) => [['outputs', k], v]),
   },
+}
+
+function recordTemplates(cfg: Record<string, unknown>, key: string): [Path, string][] {
+  return Object.entries((cfg[key] ?? {}) as Record<string, string>).map(([k, v]) => [[key, k], v])
 }
 
 function collectStrings(v: unknown, path: Path, out: [Path, string][]): void {

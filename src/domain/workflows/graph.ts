@@ -1,6 +1,6 @@
 import { AppError } from '../../lib/errors'
 import { checkConfig, hasType, humanPath, isObject, Issues, NODE_SPECS, references, typeOf, type InputSpec, type Path } from './configs'
-import { NODE_TYPES, type Graph, type GraphEdge, type GraphNode, type NodeType } from './types'
+import { ERROR_HANDLE, NODE_TYPES, ON_ERROR, type Graph, type GraphEdge, type GraphNode, type NodeType, type OnError } from './types'
 
 export type { InputSpec } from './configs'
 
@@ -46,7 +46,7 @@ function checkNodes(raw: unknown[], issues: Issues): GraphNode[] {
     if (!isObject(node)) return issues.add(`graph.nodes.${i}`, `graph.nodes[${i}]: must be an object { id, type, name?, config }, not ${typeOf(node)}`)
     const label = nodeLabel(i, node.id)
     const at = (field: string, message: string) => issues.add(`graph.nodes.${i}.${field}`, `${label}: ${field}: ${message}`)
-    for (const k of Object.keys(node)) if (!['id', 'type', 'name', 'config'].includes(k)) at(k, 'unknown field; a node has id, type, name and config')
+    for (const k of Object.keys(node)) if (!NODE_FIELDS.includes(k)) at(k, `unknown field; a node has ${NODE_FIELDS.join(', ')}`)
     const { id, type, name, config } = node
     if (typeof id !== 'string' || !NODE_ID.test(id)) at('id', 'must be 1-64 characters of A-Z, a-z, 0-9, _ and -')
     else if (ids.has(id)) at('id', `is already the id of graph.nodes[${ids.get(id)}]`)
@@ -59,7 +59,8 @@ function checkNodes(raw: unknown[], issues: Issues): GraphNode[] {
       checkConfig(type as NodeType, config, (path: Path, message: string) =>
         issues.add(`graph.nodes.${i}.config.${path.join('.')}`, `${label}: ${humanPath(path)}: ${message}`))
     }
-    out.push({ id: id as string, type: type as NodeType, ...(name !== undefined ? { name: name as string } : {}), config: config as Record<string, unknown> })
+    const handling = checkHandling(node, type, at)
+    out.push({ id: id as string, type: type as NodeType, ...(name !== undefined ? { name: name as string } : {}), config: config as Record<string, unknown>, ...handling })
   })
   issues.throwIfAny()
   const starts = out.flatMap((n, i) => (n.type === 'start' ? [i] : []))
@@ -69,6 +70,40 @@ function checkNodes(raw: unknown[], issues: Issues): GraphNode[] {
   }
   if (!out.some((n) => n.type === 'end')) issues.add('graph.nodes', 'graph.nodes: a graph needs at least one end node; there is none')
   issues.throwIfAny()
+  return out
+}
+
+const NODE_FIELDS = ['id', 'type', 'name', 'config', 'retry', 'timeout_ms', 'on_error']
+/** Nodes that wait by design: a time limit on them is their own (`seconds`, `timeout_seconds`). */
+const UNTIMED: readonly unknown[] = ['wait', 'human_input']
+export const MAX_ATTEMPTS = 5
+export const MAX_BACKOFF_MS = 60_000
+export const MAX_NODE_TIMEOUT_MS = 86_400_000
+
+/** A node's error handling (docs/workflows.md, "Errors and retries"): retry, timeout_ms, on_error. */
+function checkHandling(node: Record<string, unknown>, type: unknown, at: (field: string, message: string) => void): Pick<GraphNode, 'retry' | 'timeout_ms' | 'on_error'> {
+  const out: Pick<GraphNode, 'retry' | 'timeout_ms' | 'on_error'> = {}
+  const { retry, timeout_ms: timeout, on_error: onError } = node
+  const int = (v: unknown, min: number, max: number) => typeof v === 'number' && Number.isInteger(v) && v >= min && v <= max
+  if (retry !== undefined) {
+    if (!isObject(retry)) at('retry', `must be an object { max_attempts, backoff_ms }, not ${typeOf(retry)}`)
+    else {
+      let ok = true
+      for (const k of Object.keys(retry)) if (k !== 'max_attempts' && k !== 'backoff_ms') (ok = false), at(`retry.${k}`, 'unknown field; retry takes max_attempts and backoff_ms')
+      if (!int(retry.max_attempts, 1, MAX_ATTEMPTS)) (ok = false), at('retry.max_attempts', `must be an integer from 1 to ${MAX_ATTEMPTS}`)
+      if (retry.backoff_ms !== undefined && !int(retry.backoff_ms, 0, MAX_BACKOFF_MS)) (ok = false), at('retry.backoff_ms', `must be an integer from 0 to ${MAX_BACKOFF_MS}`)
+      if (ok) out.retry = { max_attempts: retry.max_attempts as number, backoff_ms: (retry.backoff_ms as number | undefined) ?? 0 }
+    }
+  }
+  if (timeout !== undefined) {
+    if (UNTIMED.includes(type)) at('timeout_ms', `a ${type as string} node waits by design; its config sets how long (${type === 'wait' ? 'seconds' : 'timeout_seconds'})`)
+    else if (!int(timeout, 1, MAX_NODE_TIMEOUT_MS)) at('timeout_ms', `must be an integer from 1 to ${MAX_NODE_TIMEOUT_MS}`)
+    else out.timeout_ms = timeout as number
+  }
+  if (onError !== undefined) {
+    if (!(ON_ERROR as readonly unknown[]).includes(onError)) at('on_error', `must be one of ${ON_ERROR.join(', ')}`)
+    else out.on_error = onError as OnError
+  }
   return out
 }
 
@@ -90,17 +125,29 @@ function checkEdges(raw: unknown[], nodes: GraphNode[], issues: Issues): GraphEd
     if (to.type === 'start') return at('target', `no edge may enter the start node ${q(to.id)}`)
     if (from.type === 'end') return at('source', `no edge may leave the end node ${q(from.id)}`)
     if (from.id === to.id) return at('target', `an edge from node ${q(from.id)} to itself is a cycle`)
-    if (from.type === 'condition') {
+    if (handle === ERROR_HANDLE && from.on_error === 'branch') {
+      // The edge a failing node follows (on_error branch).
+    } else if (handle === ERROR_HANDLE && !(from.type === 'condition' && (from.config.cases as { id: string }[]).some((c) => c.id === ERROR_HANDLE))) {
+      return at('source_handle', `"error" edges are followed when a node fails with on_error "branch"; ${q(from.id)} has on_error ${q(from.on_error ?? 'fail')}`)
+    } else if (from.type === 'condition') {
       const ids = (from.config.cases as { id: string }[]).map((c) => c.id)
       if (handle === undefined) return at('source_handle', `an edge leaving condition node ${q(from.id)} names the branch it takes: one of ${[...ids, 'default'].join(', ')}`)
       if (typeof handle !== 'string' || (handle !== 'default' && !ids.includes(handle))) {
         return at('source_handle', `condition node ${q(from.id)} has no case ${typeof handle === 'string' ? q(handle) : String(handle)}; one of ${[...ids, 'default'].join(', ')}`)
       }
-    } else if (handle !== undefined) return at('source_handle', `only edges leaving a condition node take a source_handle; ${q(from.id)} is a ${from.type} node`)
+    } else if (handle !== undefined) return at('source_handle', `only edges leaving a condition node take a source_handle (or "error", from a node with on_error "branch"); ${q(from.id)} is a ${from.type} node`)
     const key = JSON.stringify([from.id, to.id, handle ?? null])
     if (seen.has(key)) return issues.add(`graph.edges.${j}`, `${label}: repeats graph.edges[${seen.get(key)}]`)
     seen.set(key, j)
     out.push({ source: from.id, target: to.id, ...(handle !== undefined ? { source_handle: handle as string } : {}) })
+  })
+  nodes.forEach((n, i) => {
+    if (n.on_error === 'branch' && n.type === 'condition' && (n.config.cases as { id: string }[]).some((c) => c.id === ERROR_HANDLE)) {
+      issues.add(`graph.nodes.${i}.on_error`, `${nodeLabel(i, n.id)}: on_error: "branch" leaves by the handle "error", which is also the id of one of its cases; rename the case`)
+    }
+    if (n.on_error === 'branch' && !out.some((e) => e.source === n.id && e.source_handle === ERROR_HANDLE)) {
+      issues.add(`graph.nodes.${i}.on_error`, `${nodeLabel(i, n.id)}: on_error: "branch" follows the node's edges with source_handle "error", and none leaves it; add one`)
+    }
   })
   issues.throwIfAny()
   return out

@@ -1,5 +1,15 @@
 import type { NodeProgress } from '../../machines/workflow-run.machine'
-import type { Graph } from './types'
+import { ERROR_HANDLE, type Graph } from './types'
+
+/**
+ * Whether an edge leaving by `edge` is followed from a node that completed by `node`: a node that
+ * failed into its error branch follows only its `error` edges; otherwise plain edges, and a
+ * condition's edges of the case it matched.
+ */
+function follows(edge: string | undefined, node: string | undefined): boolean {
+  if (node === ERROR_HANDLE) return edge === ERROR_HANDLE
+  return edge === undefined || edge === node
+}
 
 /**
  * Which nodes can start now, and which will never run (every incoming edge settled, none taken: a
@@ -31,7 +41,7 @@ export function plan(graph: Graph, progress: Record<string, NodeProgress>): { re
           settled = false
           break
         }
-        if (s === 'completed' && (e.source_handle === undefined || e.source_handle === progress[e.source]!.handle)) taken = true
+        if (s === 'completed' && follows(e.source_handle, progress[e.source]!.handle)) taken = true
       }
       if (!settled) continue
       if (taken) ready.push(node.id)

@@ -1,16 +1,19 @@
 import type { Deps } from '../../deps'
-import { AppError } from '../../lib/errors'
+import { AppError, invalid } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import type { ListQuery } from '../../lib/lists'
 import { start } from '../../machines/runner'
-import { RUN_MACHINE_VERSION, runMachine, type RunContext } from '../../machines/workflow-run.machine'
+import { RUN_MACHINE_VERSION, runDefinition, runMachine, type RunContext } from '../../machines/workflow-run.machine'
 import * as runs from '../../store/runs'
 import { onlyUserOf, type Caller } from '../access'
 import { listScope, loadOwned, loadOwnedWithRole } from '../workspaces'
 import { validateInputs } from './graph'
 import { loadWorkflow } from './service'
 import { findWorkflow, type WorkflowRow } from '../../store/workflows'
-import { CANCEL_CHANNEL, commitRun, parseRunMessage, published, runChannel } from './transitions'
+import { CANCEL_CHANNEL, commitRun, parseRunMessage, published, RUN_TIMER, runChannel } from './transitions'
+import { cancelDescendants } from './children'
+import { schemaErrors } from '../../lib/json-schema'
+import { loadRow } from '../../machines/definition'
 
 /** Starts a run of the workflow's current version (role `use`): validated inputs, snapshot `running`. */
 export async function createRun(deps: Deps, caller: Caller, workflowId: string, body: { inputs?: unknown; user_id?: string }, requestId: string): Promise<runs.RunRow> {
@@ -83,8 +86,53 @@ export async function cancelRun(deps: Deps, caller: Caller, runId: string): Prom
   })
   await published(deps.redis, row)
   await deps.redis.publish(CANCEL_CHANNEL, runId).catch(() => {})
+  // The runs it started (sub_workflow, iteration) and theirs are cancelled with it.
+  await cancelDescendants(deps, runId)
   deps.events.nudge()
   return row
+}
+
+/**
+ * A person's data for a waiting human_input node (POST /v1/runs/{run_id}/input; role `use`, and
+ * below developer only for a run of the key's own user_id): checked against the node's schema (400
+ * naming the data's path), then the node completes with `{ data, user_id, submitted_at }` in one
+ * guarded write that also makes a parked run claimable at once. 409 run_not_waiting when that node
+ * does not wait (any more): answered already, timed out, or the run ended.
+ */
+export async function submitInput(deps: Deps, caller: Caller, runId: string, body: { node: string; data?: unknown }): Promise<runs.RunRow> {
+  const { row: found, role } = await loadOwnedWithRole(deps.db.sql, caller, 'run', runId, 'use', runs.findRun)
+  const only = onlyUserOf(caller, role)
+  if (only !== null && found.user_id !== only) {
+    throw new AppError('forbidden', `below the developer role a key answers only its own user_id's runs; run ${runId} is ${found.user_id}'s`)
+  }
+  if (!Object.hasOwn(body, 'data') || body.data === undefined) throw invalid('data', 'is required: the data the node asks for')
+  const notWaiting = (why: string) => new AppError('run_not_waiting', `node ${body.node} of run ${runId} ${why}`, { param: 'node' })
+  for (let tries = 0; tries < 5; tries++) {
+    const run = loadRow(runDefinition, (await runs.findRun(deps.db.sql, runId))!)
+    if (run.status !== 'running') throw notWaiting(`does not wait: the run is ${run.status}`)
+    const p = run.snapshot.context.progress[body.node]
+    if (!p || p.status !== 'waiting' || !p.input) throw notWaiting(p?.status === 'completed' ? 'was answered already' : 'is not waiting for input')
+    if (p.until !== undefined && Date.parse(p.until) <= Date.now()) throw notWaiting('is past its time-out (input_timeout)')
+    if (p.input.schema) {
+      const problems = schemaErrors(p.input.schema, body.data, 'data')
+      if (problems.length > 0) {
+        const first = problems[0]!
+        throw new AppError('validation_error', `${first.path}: ${first.message}`, { param: first.path, details: problems })
+      }
+    }
+    const now = Date.now()
+    const output = { data: body.data, user_id: found.user_id, submitted_at: new Date(now).toISOString() }
+    const durationMs = now - Date.parse(p.started_at!)
+    const node = { type: 'node_end' as const, data: { node: body.node, node_id: body.node, duration_ms: durationMs, output, attempt: 1 } }
+    const saved = await commitRun(deps.db.sql, run, [{ type: 'node.completed', node: body.node, output, durationMs, end: false }], { log: [node], wake: true })
+    // Null: the run moved on since it was read (its worker wrote meanwhile); read it again.
+    if (!saved) continue
+    await published(deps.redis, saved)
+    await deps.timers.schedule(RUN_TIMER, [{ id: runId, at: null }])
+    deps.runs.nudge()
+    return saved
+  }
+  throw new AppError('conflict', `run ${runId} kept changing while the input was being saved; retry`)
 }
 
 /** The run's stored events after `afterSeq` (the run as loaded by loadRun). */

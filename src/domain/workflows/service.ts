@@ -4,7 +4,8 @@ import type { Pool } from '../../store/db'
 import * as store from '../../store/workflows'
 import type { Action, Caller } from '../access'
 import { access, listScope, loadOwned } from '../workspaces'
-import { knowledgeBaseIn } from '../references'
+import { knowledgeBaseIn, workflowIn } from '../references'
+import { AppError } from '../../lib/errors'
 import { validateGraph } from './graph'
 import type { Graph, NodeType } from './types'
 
@@ -47,6 +48,7 @@ export async function listWorkflows(sql: Pool, caller: Caller, workspaceId: stri
 export async function replaceWorkflow(sql: Pool, caller: Caller, id: string, input: WorkflowInput): Promise<store.WorkflowRow> {
   const current = await loadWorkflow(sql, caller, id, 'build')
   const graph = validateGraph(input.graph)
+  refuseSelfCalls(id, graph)
   await checkReferences(sql, current.workspace_id, graph)
   return sql.begin(async (tx) => {
     await store.lockWorkflow(tx, id)
@@ -68,6 +70,22 @@ export async function deleteWorkflow(sql: Pool, caller: Caller, id: string): Pro
 type CheckIn = (sql: Pool, workspaceId: string, id: string, param: string) => Promise<unknown>
 const REFERENCES: Partial<Record<NodeType, { key: string; check: CheckIn }[]>> = {
   knowledge_retrieval: [{ key: 'knowledge_base_ids', check: knowledgeBaseIn }],
+  sub_workflow: [{ key: 'workflow_id', check: workflowIn }],
+  iteration: [{ key: 'workflow_id', check: workflowIn }],
+}
+
+/**
+ * A graph whose sub_workflow or iteration node runs its own workflow would start runs without end:
+ * refused when saved. Longer cycles (a calls b, b calls a) cannot be told from a legitimate change
+ * being made in two steps; the depth limit ends them when they run (max_depth_exceeded).
+ */
+function refuseSelfCalls(id: string, graph: Graph): void {
+  graph.nodes.forEach((n, i) => {
+    if ((n.type === 'sub_workflow' || n.type === 'iteration') && n.config.workflow_id === id) {
+      const param = `graph.nodes.${i}.config.workflow_id`
+      throw new AppError('validation_error', `${param}: node ${JSON.stringify(n.id)} runs this workflow itself; a workflow may not call itself`, { param, details: [{ path: param, message: 'a workflow may not call itself' }] })
+    }
+  })
 }
 
 async function checkReferences(sql: Pool, workspaceId: string, graph: Graph): Promise<void> {

@@ -1,5 +1,5 @@
 import type { Sql } from '../../store/db'
-import { runDefinition, type RunContext, type RunEvent } from '../../machines/workflow-run.machine'
+import { runDefinition, type NodeProgress, type RunContext, type RunEvent } from '../../machines/workflow-run.machine'
 import { commitTransition, type MachineIO } from '../machines'
 import { addUsage } from '../../lib/usage'
 import * as runs from '../../store/runs'
@@ -12,6 +12,9 @@ export interface LogEvent {
 }
 
 export const runChannel = (runId: string) => `run-events:${runId}`
+
+/** The durable timers of parked runs (a wait node, a human_input time-out): `run:<run id>`. */
+export const RUN_TIMER = 'run'
 
 /** Cancels announced to every process (the run's worker aborts the node in flight). */
 export const CANCEL_CHANNEL = 'runs.cancel'
@@ -34,6 +37,8 @@ export interface RunExtra {
   log: LogEvent[]
   owner?: string
   addUsage?: runs.RunUsage
+  /** A parked run becomes claimable at once (a person's input arrived). */
+  wake?: boolean
 }
 
 /**
@@ -44,20 +49,50 @@ export interface RunExtra {
 export const runIO: MachineIO<runs.RunRow, RunContext, RunEvent, RunExtra> = {
   definition: runDefinition,
   refused: (run, events) => new RunNotRunning(`the run does not accept ${events.map((e) => (e as RunEvent).type).join(', ')} in ${run.snapshot.value}`),
-  write(sql, run, next, announce, { log, owner, addUsage: added }) {
-    if (next === run.snapshot && log.length === 0 && !added) return Promise.resolve(run)
+  write(sql, run, next, announce, { log, owner, addUsage: added, wake }) {
+    if (next === run.snapshot && log.length === 0 && !added && !wake) return Promise.resolve(run)
     const usage = added ? addUsage(run.usage, added) : run.usage
     const status = next.value as runs.RunStatus
     const ctx = next.context
     const guard = { id: run.id, next_seq: run.next_seq, owner }
     const snapshot = next === run.snapshot ? undefined : next
-    if (status === 'running') return runs.writeTransition(sql, guard, { status, snapshot, usage }, log)
+    const waiting = status === 'running' ? waitingOf(ctx) : null
+    const changed = JSON.stringify(waiting) !== JSON.stringify(run.waiting ?? null) ? { waiting } : {}
+    const asked = snapshot ? inputsAsked(run.snapshot.context, ctx).map((node) => ({ type: 'workflow.run.waiting', data: waitingAnnouncement(run, node, ctx) })) : []
+    if (status === 'running') return runs.writeTransition(sql, guard, { status, snapshot, usage, wake, ...changed }, log, asked)
     const done: Record<string, unknown> = { status, outputs: ctx.outputs ?? {} }
     if (ctx.error) done.error = ctx.error
     const all = [...log, { type: 'usage', data: { ...usage } }, { type: 'done', data: done }]
-    const outbox = announce ? { type: announce, data: announcement(run, status, ctx) } : undefined
-    return runs.writeTransition(sql, guard, { status, snapshot, usage, finished: { outputs: ctx.outputs, error: ctx.error } }, all, outbox)
+    const outbox = announce ? [{ type: announce, data: announcement(run, status, ctx), ended: true }] : []
+    return runs.writeTransition(sql, guard, { status, snapshot, usage, ...changed, finished: { outputs: ctx.outputs, error: ctx.error } }, all, outbox)
   },
+}
+
+/**
+ * What the run waits on (the run object's `waiting`): the human_input node waiting the longest, or
+ * null. Several may wait at once on parallel branches; each takes its input by its node id.
+ */
+export function waitingOf(ctx: RunContext): runs.RunWaiting | null {
+  let first: [string, NodeProgress] | null = null
+  for (const entry of Object.entries(ctx.progress)) {
+    const p = entry[1]
+    if (p.status === 'waiting' && p.input && (!first || (p.started_at ?? '') < (first[1].started_at ?? ''))) first = entry
+  }
+  if (!first) return null
+  const [node, p] = first
+  return { node, prompt: p.input!.prompt, schema: p.input!.schema, since: p.started_at!, expires_at: p.until ?? null }
+}
+
+/** The nodes that started waiting for input in this transition. */
+function inputsAsked(before: RunContext, after: RunContext): string[] {
+  return Object.entries(after.progress)
+    .filter(([id, p]) => p.status === 'waiting' && p.input && !(before.progress[id]?.status === 'waiting' && before.progress[id]?.input))
+    .map(([id]) => id)
+}
+
+function waitingAnnouncement(run: runs.RunRow, node: string, ctx: RunContext): Record<string, unknown> {
+  const p = ctx.progress[node]!
+  return { workflow_id: run.workflow_id, run_id: run.id, node, prompt: p.input!.prompt, expires_at: p.until ?? null }
 }
 
 /**
@@ -72,9 +107,13 @@ export function commitRun(sql: Sql, run: runs.RunRow, events: RunEvent[], extra:
   return commitTransition(sql, runIO, run, events, extra, more)
 }
 
-/** After commit: streams and waiters in any process read on. */
+/** Where a run's children announce their ends (the parent's node waiting for them reads on). */
+export const childrenChannel = (parentId: string) => `run-children:${parentId}`
+
+/** After commit: streams and waiters in any process read on; a child's end wakes its parent's node. */
 export async function published(redis: RedisPort, row: runs.RunRow): Promise<void> {
   await redis.publish(runChannel(row.id), `${row.next_seq - 1} ${row.status}`).catch(() => {})
+  if (row.parent_run_id && row.status !== 'running') await redis.publish(childrenChannel(row.parent_run_id), row.id).catch(() => {})
 }
 
 /** The webhook payload of the run's end (the store adds `duration_ms`). */

@@ -7,7 +7,19 @@ export interface GraphNode {
   type: NodeType
   name?: string
   config: Record<string, unknown>
+  /** Attempts and the pause between them (docs/workflows.md, "Errors and retries"); one attempt when left out. */
+  retry?: { max_attempts: number; backoff_ms: number }
+  /** Each attempt's time limit; none when left out (not for wait and human_input nodes). */
+  timeout_ms?: number
+  /** After the last attempt fails: fail the run (the default), continue with the error as output, or follow the `error` edges. */
+  on_error?: OnError
 }
+
+export const ON_ERROR = ['fail', 'continue', 'branch'] as const
+export type OnError = (typeof ON_ERROR)[number]
+
+/** The source_handle of the edges a node with `on_error: "branch"` follows when it fails. */
+export const ERROR_HANDLE = 'error'
 
 export interface GraphEdge {
   source: string
@@ -21,7 +33,9 @@ export interface Graph {
   edges: GraphEdge[]
 }
 
-export const NODE_TYPES = ['start', 'llm', 'template', 'condition', 'code', 'http_request', 'knowledge_retrieval', 'wait', 'end'] as const
+export const NODE_TYPES = [
+  'start', 'llm', 'template', 'condition', 'code', 'http_request', 'knowledge_retrieval', 'wait', 'sub_workflow', 'iteration', 'human_input', 'end',
+] as const
 export type NodeType = (typeof NODE_TYPES)[number]
 
 /** What templates and expressions see: `inputs.<name>` and `nodes.<id>.output.<path>`. */
@@ -55,6 +69,28 @@ export interface NodeContext {
   delta(text: string): void
   /** knowledge_retrieval: searches bases of the run's workspace (another workspace's base is not found). */
   knowledge: KnowledgePort
+  /** sub_workflow and iteration: runs of another workflow started by this node (absent where nodes run without a run, in tests of one executor). */
+  children?: ChildPort
+}
+
+/** How a child run ended. */
+export interface ChildEnd {
+  /** Null when no run was started: the item's inputs did not fit the workflow's. */
+  run_id: string | null
+  status: 'completed' | 'failed' | 'cancelled'
+  outputs: Record<string, unknown>
+  error: { code: string; message: string; node: string | null } | null
+  usage: NodeUsage
+}
+
+export interface ChildPort {
+  /**
+   * Runs `workflowId` once per item of `inputs` (each a child run with this run as its parent), at
+   * most `concurrency` at once, and answers each child's end in item order. Exactly once per item: a
+   * node run again after a crash finds the children it had started. `stopOnFailure`: the first
+   * failed child cancels the others still running and ends the wait.
+   */
+  run(node: GraphNode, workflowId: string, inputs: Record<string, unknown>[], opts: { concurrency: number; stopOnFailure: boolean }, signal: AbortSignal): Promise<(ChildEnd | null)[]>
 }
 
 export interface KnowledgePort {
@@ -73,6 +109,8 @@ export class NodeError extends Error {
   constructor(
     readonly code: string,
     message: string,
+    /** What the node spent before it failed (child runs that completed): added to the run's usage all the same. */
+    readonly usage?: NodeUsage,
   ) {
     super(message)
   }

@@ -141,6 +141,6 @@ export async function writeDocumentTransition(sql: Sql, guard: DocumentGuard, w:
     guard: guarded,
     version: DOCUMENT_MACHINE_VERSION,
     with: swap,
-    outbox: outbox && { ...outbox, extra: w.ready ? readiness : undefined },
+    outbox: outbox && [{ ...outbox, extra: w.ready ? readiness : undefined }],
   })
 }

@@ -7,9 +7,10 @@ import { knowledgeRetrieval } from './knowledge-retrieval'
 import { llm } from './llm'
 import { start } from './start'
 import { template } from './template'
-import { wait } from './wait'
+import { iteration, subWorkflow } from './children'
+import { humanInput, wait } from './wait'
 
-/** One executor per node type (docs/workflows.md, "Node types"). `wait` is armed by the engine as a durable timer. */
+/** One executor per node type (docs/workflows.md, "Node types"). `wait` and `human_input` are held by the engine (a durable timer, a person's input), not executed. */
 export const executors: Record<NodeType, Executor> = {
   start,
   llm,
@@ -19,6 +20,9 @@ export const executors: Record<NodeType, Executor> = {
   http_request: httpRequest,
   knowledge_retrieval: knowledgeRetrieval,
   wait,
+  sub_workflow: subWorkflow,
+  iteration,
+  human_input: humanInput,
   end,
 }
 
