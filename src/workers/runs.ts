@@ -111,7 +111,10 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
           if (!(err instanceof RunNotRunning)) this.log.error({ err, run_id: run.id, node: id }, 'run worker: a node failed unexpectedly')
           ac.abort(new RunNotRunning('stopped'))
         })
-        .finally(() => inFlight.delete(id))
+        .finally(() => {
+          // A failed attempt hands its node to the retry, tracked under the same id: leave that one.
+          if (inFlight.get(id) === p) inFlight.delete(id)
+        })
       inFlight.set(id, p)
     }
     const launch = (id: string) => {
