@@ -113,7 +113,11 @@ export async function startRunsEnv(): Promise<RunsEnv> {
       modelsFile,
       JSON.stringify({
         providers: [{ id: 'fake', kind: 'openai', base_url: fake.baseUrl, api_key: 'sk-fake', timeout_ms: 30_000 }],
-        models: [{ id: 'slow', type: 'llm', vendor: 'test', routes: [{ provider: 'fake', model: 'slow-up' }], pricing: { input_per_1k: 0, output_per_1k: 0 } }],
+        models: [
+          { id: 'slow', type: 'llm', vendor: 'test', routes: [{ provider: 'fake', model: 'slow-up' }], pricing: { input_per_1k: 0, output_per_1k: 0 } },
+          // Answers what a test scripts with fake.script('scripted-up', ...) (echoes the last user message otherwise).
+          { id: 'scripted', type: 'llm', vendor: 'test', routes: [{ provider: 'fake', model: 'scripted-up' }], pricing: { input_per_1k: 0, output_per_1k: 0 } },
+        ],
       }),
     )
     target = Bun.serve({
