@@ -187,6 +187,13 @@ describe('Anthropic upstream: a forced tool for json_schema, an instruction for 
     expect(sent.tool_choice).toEqual({ type: 'any' })
     expect(res.body.choices[0].message.tool_calls[0].function).toEqual({ name: 'get_weather', arguments: '{"city":"Lisbon"}' })
     expect(res.body.choices[0].finish_reason).toBe('tool_calls')
+    // A tool the caller named stays the choice; "none" leaves the schema's tool the only one to call.
+    fake.script('an-up', [{ toolCalls: [{ name: 'verdict', arguments: { answer: true, why: 'x' } }] }])
+    expect((await post('/v1/models/llm/chat', { model: 'an-chat', messages: USER, tools: [weather], tool_choice: { type: 'function', function: { name: 'get_weather' } }, response_format: JSON_SCHEMA })).status).toBe(200)
+    expect(sentFor('an-up').json.tool_choice).toEqual({ type: 'tool', name: 'get_weather' })
+    const none = await post('/v1/models/llm/chat', { model: 'an-chat', messages: USER, tools: [weather], tool_choice: 'none', response_format: JSON_SCHEMA })
+    expect(sentFor('an-up').json.tool_choice).toEqual({ type: 'tool', name: 'verdict' })
+    expect(JSON.parse(none.body.choices[0].message.content)).toEqual({ answer: true, why: 'x' })
     // A tool named as the schema would be ambiguous: refused, naming response_format.
     const clash = await post('/v1/models/llm/chat', { model: 'an-chat', messages: USER, tools: [{ ...weather, function: { ...weather.function, name: 'verdict' } }], response_format: JSON_SCHEMA })
     expect(clash.status).toBe(400)

@@ -250,10 +250,11 @@ function answerToolOf(req: ChatRequest): string | null {
 
 /**
  * response_format in Anthropic's terms. json_schema becomes a tool whose input_schema is the schema
- * and a tool_choice that forces it: the model's tool input is held to the schema by the API, which
- * an instruction alone is not. With tools of the caller's own, the choice is `any` (the model may
- * still call one of them first) unless the caller named one. A schema whose root is not an object
- * cannot be a tool's input, so it travels in the instruction instead.
+ * and a tool_choice that forces it: the model writes a tool's input against its schema, which holds
+ * it far closer than an instruction alone (the llm node still validates what comes back). With tools
+ * of the caller's own the choice is `any`, so the model may call one of them first; a tool the caller
+ * named stays the choice; `none` forces the answer's tool, the only one the caller still wants called.
+ * A schema whose root is not an object cannot be a tool's input, so it travels in the instruction.
  */
 function structuredOutput(req: ChatRequest, body: Record<string, unknown>, system: string[]): void {
   const f = req.response_format
@@ -268,7 +269,8 @@ function structuredOutput(req: ChatRequest, body: Record<string, unknown>, syste
     system.push(`Give your answer by calling the tool ${tool}: its input is the answer.`)
     const tools = (body.tools as unknown[] | undefined) ?? []
     body.tools = [...tools, { name: tool, description: f.json_schema.description ?? 'The answer, as structured data', input_schema: f.json_schema.schema }]
-    if (!body.tool_choice || (body.tool_choice as { type: string }).type !== 'tool') body.tool_choice = tools.length > 0 ? { type: 'any' } : { type: 'tool', name: tool }
+    const asked = (body.tool_choice as { type?: string } | undefined)?.type
+    if (asked !== 'tool') body.tool_choice = tools.length > 0 && asked !== 'none' ? { type: 'any' } : { type: 'tool', name: tool }
   }
   body.system = system.join('\n\n')
 }
