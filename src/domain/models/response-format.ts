@@ -32,7 +32,6 @@ export const ResponseFormatSchema = Type.Union([Text, JsonObject, JsonSchema], {
 })
 
 export type ResponseFormat = Static<typeof ResponseFormatSchema>
-export type JsonSchemaFormat = Extract<ResponseFormat, { type: 'json_schema' }>
 
 /** Whether the format asks for JSON (text is the default: nothing to do). */
 export function wantsJson(f: ResponseFormat | undefined): f is Exclude<ResponseFormat, { type: 'text' }> {
@@ -65,7 +64,7 @@ export function checkResponseFormat(v: unknown, report: (path: string[], message
   try {
     validatorFor(s.schema as Record<string, unknown>)
   } catch (err) {
-    report(['json_schema', 'schema'], `is not a JSON Schema ajv can compile: ${(err as Error).message}`)
+    return report(['json_schema', 'schema'], `is not a JSON Schema ajv can compile: ${(err as Error).message}`)
   }
   // The hand-written checks above name the path; this keeps them in step with the TypeBox shape.
   if (!Value.Check(ResponseFormatSchema, v)) report([], 'does not match OpenAI\'s response_format')
