@@ -2,6 +2,7 @@ import { t } from 'elysia'
 import type { ModelSpec } from '../domain/models/catalog'
 import type { ChatMessage } from '../domain/models/types'
 import { unsupportedChatParams } from '../domain/models/openai-params'
+import { ResponseFormatSchema } from '../domain/models/response-format'
 import { AppError } from '../lib/errors'
 import { Id } from './common.model'
 
@@ -45,6 +46,8 @@ const chatFields = {
   top_p: t.Optional(t.Number({ minimum: 0, maximum: 1 })),
   user: t.Optional(t.String({ maxLength: 256 })),
   stream_options: t.Optional(t.Object({ include_usage: t.Optional(t.Boolean()) })),
+  // null: what clients send for "the default" (it was accepted before structured output came).
+  response_format: t.Optional(t.Union([ResponseFormatSchema, t.Null()])),
 }
 
 export const ChatBody = t.Object(

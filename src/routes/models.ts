@@ -47,6 +47,7 @@ export function modelRoutes(deps: Deps) {
       stop: body.stop,
       top_p: body.top_p,
       user: body.user,
+      response_format: body.response_format ?? undefined,
     }
   }
 

@@ -306,11 +306,20 @@ describe('what the OpenAI wire format has and the service does not do is a 400 n
     ['presence_penalty', { presence_penalty: 0.5 }],
     ['logprobs', { logprobs: true }],
     ['seed', { seed: 7 }],
-    ['response_format', { response_format: { type: 'json_object' as const } }],
   ])('%s with a value other than the default is refused, naming it', async (param, extra) => {
     const err = await thrown(() => client.chat.completions.create({ model: 'local-chat', messages: MESSAGES, ...extra }))
     expect(err).toBeInstanceOf(OpenAI.BadRequestError)
     expect((err as InstanceType<typeof OpenAI.BadRequestError>).param).toBe(param)
+  })
+
+  test('response_format: local-chat cannot produce structured output and says so, naming it (docs/models.md, "Structured output")', async () => {
+    for (const response_format of [{ type: 'json_object' as const }, { type: 'json_schema' as const, json_schema: { name: 'verdict', schema: { type: 'object' } } }]) {
+      const err = await thrown(() => client.chat.completions.create({ model: 'local-chat', messages: MESSAGES, response_format }))
+      expect(err).toBeInstanceOf(OpenAI.BadRequestError)
+      expect((err as InstanceType<typeof OpenAI.BadRequestError>).param).toBe('response_format')
+    }
+    const text = await client.chat.completions.create({ model: 'local-chat', messages: MESSAGES, response_format: { type: 'text' } })
+    expect(text.choices[0]!.message.content).toBeTruthy()
   })
 
   test('defaults are accepted (clients send them), and max_completion_tokens works as max_tokens', async () => {

@@ -14,7 +14,15 @@ import { keyFor, startHarness, waitFor, workspaceOf, type Answer, type Harness }
  * cancel an LLM node mid-stream) and a plain-HTTP webhook receiver.
  */
 
-export type Node = { id: string; type: string; name?: string; config: Record<string, unknown> }
+export type Node = {
+  id: string
+  type: string
+  name?: string
+  config: Record<string, unknown>
+  retry?: { max_attempts: number; backoff_ms?: number }
+  timeout_ms?: number
+  on_error?: 'fail' | 'continue' | 'branch'
+}
 export type Edge = { source: string; target: string; source_handle?: string }
 export interface Ev {
   seq: number
@@ -113,7 +121,11 @@ export async function startRunsEnv(): Promise<RunsEnv> {
       modelsFile,
       JSON.stringify({
         providers: [{ id: 'fake', kind: 'openai', base_url: fake.baseUrl, api_key: 'sk-fake', timeout_ms: 30_000 }],
-        models: [{ id: 'slow', type: 'llm', vendor: 'test', routes: [{ provider: 'fake', model: 'slow-up' }], pricing: { input_per_1k: 0, output_per_1k: 0 } }],
+        models: [
+          { id: 'slow', type: 'llm', vendor: 'test', routes: [{ provider: 'fake', model: 'slow-up' }], pricing: { input_per_1k: 0, output_per_1k: 0 } },
+          // Answers what a test scripts with fake.script('scripted-up', ...) (echoes the last user message otherwise).
+          { id: 'scripted', type: 'llm', vendor: 'test', routes: [{ provider: 'fake', model: 'scripted-up' }], pricing: { input_per_1k: 0, output_per_1k: 0 } },
+        ],
       }),
     )
     target = Bun.serve({

@@ -181,7 +181,7 @@ describe('bad bodies', () => {
     ['logit_bias', { '50256': -100 }],
     ['n', 2],
     ['seed', 42],
-    ['response_format', { type: 'json_object' }],
+    ['response_format', { type: 'json_schema', json_schema: { name: 'no spaces allowed', schema: {} } }],
     ['parallel_tool_calls', false],
     ['metadata', { trace: 'abc' }],
     ['store', true],

@@ -139,7 +139,7 @@ export class Gateway {
         if (!(err instanceof ProviderError)) throw err
         if (!err.failover) {
           // The request itself is at fault (400) or our configuration is (401, 403, 404): no failover.
-          if (err.status === 400 || err.status === 422) throw new AppError('validation_error', `the provider refused the request: ${err.message}`, { param: 'messages' })
+          if (err.status === 400 || err.status === 422) throw new AppError('validation_error', `the provider refused the request: ${err.message}`, { param: err.param ?? 'messages' })
           throw new AppError('upstream_error', `provider ${route.provider} failed: ${err.message}`)
         }
         this.breaker.failed(key(route))

@@ -15,7 +15,6 @@ const CHAT_DEFAULTS: Record<string, (v: unknown) => boolean> = {
   logprobs: (v) => v === false || v === null,
   top_logprobs: (v) => v === 0 || v === null,
   parallel_tool_calls: (v) => v === true || v === null,
-  response_format: (v) => v === null || (typeof v === 'object' && (v as { type?: unknown }).type === 'text'),
   seed: (v) => v === null,
   service_tier: (v) => v === null || v === 'auto' || v === 'default',
   store: (v) => v === false || v === null,

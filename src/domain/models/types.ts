@@ -1,3 +1,5 @@
+import type { ResponseFormat } from './response-format'
+
 /**
  * The gateway's own shapes: OpenAI's chat completion format (the format of `/v1/models/llm/chat` and the
  * OpenAI drop-ins) is the lingua franca; every provider adapter maps to and from it.
@@ -34,6 +36,8 @@ export interface ChatRequest {
   stop?: string | string[]
   top_p?: number
   user?: string
+  /** OpenAI's structured output; each provider maps it (docs/models.md, "Structured output"). */
+  response_format?: ResponseFormat
 }
 
 export interface Usage {
@@ -105,6 +109,8 @@ export class ProviderError extends Error {
     /** Set when another route should be tried; null when the request itself is at fault. */
     readonly failover: FailoverReason | null,
     readonly retryAfterMs?: number,
+    /** The request parameter at fault, for a refusal (400) the caller can fix. */
+    readonly param?: string,
   ) {
     super(message)
   }

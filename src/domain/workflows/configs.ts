@@ -1,6 +1,7 @@
 import jsonata from 'jsonata'
 import { AppError, type ErrorDetail } from '../../lib/errors'
 import { schemaProblem } from '../../lib/json-schema'
+import { checkResponseFormat } from '../models/response-format'
 import type { NodeType } from './types'
 
 /** A path inside a node's config: `['cases', 0, 'when']`. */
@@ -197,12 +198,14 @@ export const NODE_SPECS: Record<NodeType, NodeSpec> = {
     templates: (cfg) => [[['template'], cfg.template as string]],
   },
   llm: {
-    keys: ['model', 'messages', 'temperature', 'max_tokens'],
+    keys: ['model', 'messages', 'temperature', 'max_tokens', 'response_format'],
     check(cfg, report) {
       str(cfg, 'model', report, { nonEmpty: true })
       checkMessages(cfg, report)
       num(cfg, 'temperature', report, { min: 0, max: 2, optional: true })
       num(cfg, 'max_tokens', report, { min: 1, max: 1_000_000, integer: true, optional: true })
+      // OpenAI's shape, and a json_schema's schema must compile: refused at save, not at the run.
+      if (cfg.response_format !== undefined) checkResponseFormat(cfg.response_format, (p, m) => report(['response_format', ...p], m))
     },
     templates: (cfg) => (cfg.messages as { content: string }[]).map((m, i) => [['messages', i, 'content'], m.content]),
   },

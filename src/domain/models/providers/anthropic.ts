@@ -1,5 +1,6 @@
 import type { ResolvedProvider } from '../catalog'
 import { ProviderError, type ChatChunk, type ChatCompletion, type ChatMessage, type ChatRequest, type EmbeddingResult, type FailoverReason, type FinishReason, type Provider, type RerankResult, type ToolCall } from '../types'
+import { wantsJson } from '../response-format'
 import { usageOf } from './openai'
 import { isObject, malformed, postJson, postSse, type Upstream } from './upstream'
 
@@ -11,7 +12,10 @@ import { isObject, malformed, postJson, postSse, type Upstream } from './upstrea
  * - tool calls are `tool_use` blocks whose `input` is an object, not a JSON string;
  * - `max_tokens` is required (1024 when the request has none);
  * - a stream is named events (message_start, content_block_*, message_delta, message_stop) where a
- *   tool call is a content block whose arguments arrive as `input_json_delta` fragments.
+ *   tool call is a content block whose arguments arrive as `input_json_delta` fragments;
+ * - there is no `response_format`: json_object is a system instruction, and json_schema is a tool whose
+ *   `input_schema` is the schema, which the model is made to call; its input comes back as the
+ *   message's content, as JSON text (docs/models.md, "Structured output").
  */
 
 const VERSION = '2023-06-01'
@@ -44,6 +48,7 @@ export class AnthropicProvider implements Provider {
   }
 
   async chat(req: ChatRequest, signal: AbortSignal): Promise<ChatCompletion> {
+    const answerTool = answerToolOf(req)
     const json = await postJson(this.upstream(messagesBody(req), signal))
     if (!isObject(json) || !Array.isArray(json.content)) throw malformed(this.p, 'no content in the message')
     let text = ''
@@ -52,7 +57,8 @@ export class AnthropicProvider implements Provider {
       if (!isObject(b)) continue
       if (b.type === 'text' && typeof b.text === 'string') text += b.text
       // Blocks of other types (thinking, server tools) have no OpenAI counterpart and are left out.
-      if (b.type === 'tool_use') toolCalls.push({ id: String(b.id), type: 'function', function: { name: String(b.name), arguments: JSON.stringify(b.input ?? {}) } })
+      if (b.type === 'tool_use' && b.name === answerTool) text += JSON.stringify(b.input ?? {})
+      else if (b.type === 'tool_use') toolCalls.push({ id: String(b.id), type: 'function', function: { name: String(b.name), arguments: JSON.stringify(b.input ?? {}) } })
     }
     const message: ChatMessage = { role: 'assistant', content: text || (toolCalls.length > 0 ? null : '') }
     if (toolCalls.length > 0) message.tool_calls = toolCalls
@@ -62,12 +68,15 @@ export class AnthropicProvider implements Provider {
       object: 'chat.completion',
       created: Math.floor(Date.now() / 1000),
       model: typeof json.model === 'string' ? json.model : req.model,
-      choices: [{ index: 0, message, finish_reason: finishOf(json.stop_reason) }],
+      choices: [{ index: 0, message, finish_reason: finishOf(answerTool && toolCalls.length === 0 && json.stop_reason === 'tool_use' ? 'end_turn' : json.stop_reason) }],
       usage: usageOf({ prompt_tokens: promptTokens(u), completion_tokens: u.output_tokens }, req, () => text + toolCalls.map((t) => t.function.name + t.function.arguments).join('')),
     }
   }
 
   async *chatStream(req: ChatRequest, signal: AbortSignal): AsyncIterable<ChatChunk> {
+    const answerTool = answerToolOf(req)
+    /** Content blocks of the answer tool, whose input is streamed as the message's content. */
+    const answerBlocks = new Set<number>()
     const events = postSse(this.upstream({ ...messagesBody(req), stream: true }, signal))
     let id = 'msg'
     let model = req.model
@@ -98,7 +107,9 @@ export class AnthropicProvider implements Provider {
         }
         case 'content_block_start': {
           const b = isObject(e.content_block) ? e.content_block : {}
-          if (b.type === 'tool_use') {
+          if (b.type === 'tool_use' && b.name === answerTool) {
+            answerBlocks.add(Number(e.index))
+          } else if (b.type === 'tool_use') {
             const index = tools.size
             tools.set(Number(e.index), index)
             parts.push(String(b.name))
@@ -114,6 +125,9 @@ export class AnthropicProvider implements Provider {
           if (d.type === 'text_delta' && typeof d.text === 'string') {
             parts.push(d.text)
             yield chunk({ content: d.text })
+          } else if (d.type === 'input_json_delta' && typeof d.partial_json === 'string' && d.partial_json && answerBlocks.has(Number(e.index))) {
+            parts.push(d.partial_json)
+            yield chunk({ content: d.partial_json })
           } else if (d.type === 'input_json_delta' && typeof d.partial_json === 'string' && d.partial_json) {
             const index = tools.get(Number(e.index))
             if (index === undefined) throw malformed(this.p, `input_json_delta for block ${String(e.index)}, which is not a tool_use`)
@@ -133,7 +147,8 @@ export class AnthropicProvider implements Provider {
         }
         case 'message_stop': {
           const usage = usageOf({ prompt_tokens: prompt, completion_tokens: output }, req, () => parts.join(''))
-          yield { ...chunk({}, finishOf(stopReason)), usage }
+          const answered = answerBlocks.size > 0 && tools.size === 0 && stopReason === 'tool_use'
+          yield { ...chunk({}, finishOf(answered ? 'end_turn' : stopReason)), usage }
           return
         }
         case 'error': {
@@ -220,7 +235,44 @@ export function messagesBody(req: ChatRequest): Record<string, unknown> {
   }
   const choice = toolChoice(req.tool_choice)
   if (choice) body.tool_choice = choice
+  structuredOutput(req, body, system)
   return body
+}
+
+/** The instruction that asks for a JSON object (Anthropic has no JSON mode to switch on). */
+export const JSON_INSTRUCTION = 'Answer with one JSON object and nothing else: no prose before or after it, no Markdown code fence.'
+
+/** The tool that carries a json_schema answer: the schema's name, when its root is an object (Anthropic's input_schema must be). */
+function answerToolOf(req: ChatRequest): string | null {
+  const f = req.response_format
+  return f?.type === 'json_schema' && f.json_schema.schema.type === 'object' ? f.json_schema.name : null
+}
+
+/**
+ * response_format in Anthropic's terms. json_schema becomes a tool whose input_schema is the schema
+ * and a tool_choice that forces it: the model writes a tool's input against its schema, which holds
+ * it far closer than an instruction alone (the llm node still validates what comes back). With tools
+ * of the caller's own the choice is `any`, so the model may call one of them first; a tool the caller
+ * named stays the choice; `none` forces the answer's tool, the only one the caller still wants called.
+ * A schema whose root is not an object cannot be a tool's input, so it travels in the instruction.
+ */
+function structuredOutput(req: ChatRequest, body: Record<string, unknown>, system: string[]): void {
+  const f = req.response_format
+  if (!wantsJson(f)) return
+  const tool = answerToolOf(req)
+  if (f.type === 'json_object') system.push(JSON_INSTRUCTION)
+  else if (!tool) system.push(`${JSON_INSTRUCTION} It must satisfy this JSON Schema: ${JSON.stringify(f.json_schema.schema)}`)
+  else {
+    if (req.tools?.some((t) => t.function.name === tool)) {
+      throw new ProviderError(`response_format.json_schema.name "${tool}" is also the name of one of the tools; Anthropic receives the schema as a tool, so the names must differ`, 400, null, undefined, 'response_format')
+    }
+    system.push(`Give your answer by calling the tool ${tool}: its input is the answer.`)
+    const tools = (body.tools as unknown[] | undefined) ?? []
+    body.tools = [...tools, { name: tool, description: f.json_schema.description ?? 'The answer, as structured data', input_schema: f.json_schema.schema }]
+    const asked = (body.tool_choice as { type?: string } | undefined)?.type
+    if (asked !== 'tool') body.tool_choice = tools.length > 0 && asked !== 'none' ? { type: 'any' } : { type: 'tool', name: tool }
+  }
+  body.system = system.join('\n\n')
 }
 
 /** Anthropic rejects empty text blocks. */

@@ -25,11 +25,13 @@ export class LocalProvider implements Provider {
   async chat(req: ChatRequest, signal: AbortSignal): Promise<ChatCompletion> {
     signal.throwIfAborted()
     expectModel(req.model, 'chat')
+    refuseStructured(req)
     return localChat(req)
   }
 
   async *chatStream(req: ChatRequest, signal: AbortSignal): AsyncGenerator<ChatChunk> {
     expectModel(req.model, 'chat')
+    refuseStructured(req)
     yield* localChatStream(req, signal)
   }
 
@@ -60,4 +62,16 @@ function expectModel(model: string, use: keyof typeof MODELS): void {
   const known = Object.values(MODELS) as string[]
   const why = known.includes(model) ? `${model} is not a ${use === 'chat' ? 'chat' : use === 'embed' ? 'embedding' : 'rerank'} model` : `there is no model "${model}"`
   throw new ProviderError(`local provider: ${why} (it serves ${known.join(', ')})`, 400, null)
+}
+
+/**
+ * local-chat answers with sentences picked from its context; it cannot be told to write JSON, and a
+ * JSON object built around its text (`{"answer": ...}`) would satisfy json_object only by wrapping
+ * prose, and no schema at all. So structured output is refused, naming the parameter, rather than
+ * answered with something that merely parses (docs/models.md, "Structured output").
+ */
+function refuseStructured(req: ChatRequest): void {
+  const f = req.response_format
+  if (f === undefined || f.type === 'text') return
+  throw new ProviderError(`local provider: ${req.model} cannot produce structured output (response_format ${f.type}); route the model to an OpenAI-compatible or Anthropic provider`, 400, null, undefined, 'response_format')
 }

@@ -141,7 +141,7 @@ export class OpenAIProvider implements Provider {
 /** Only the fields of ChatRequest, so nothing the gateway carries along (`stream`...) leaks upstream. */
 function chatBody(req: ChatRequest): Record<string, unknown> {
   const body: Record<string, unknown> = { model: req.model, messages: req.messages }
-  for (const k of ['temperature', 'max_tokens', 'tools', 'tool_choice', 'stop', 'top_p', 'user'] as const) {
+  for (const k of ['temperature', 'max_tokens', 'tools', 'tool_choice', 'stop', 'top_p', 'user', 'response_format'] as const) {
     if (req[k] !== undefined) body[k] = req[k]
   }
   return body
