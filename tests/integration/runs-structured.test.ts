@@ -70,6 +70,8 @@ describe('the answer', () => {
     expect(res.body.status).toBe('failed')
     expect(res.body.error).toMatchObject({ code: 'invalid_output', node: 'triage' })
     expect(res.body.error.message).toContain('not JSON')
+    // The answer was charged, so the run counts its tokens although the node failed.
+    expect(res.body.usage.tokens_out).toBeGreaterThan(0)
     const events = await env.eventsOf(res.body.run_id)
     expect(starts(events, 'end').length).toBe(0)
     expect(events.at(-1)).toMatchObject({ event: 'done', data: { status: 'failed', error: res.body.error } })

@@ -58,6 +58,6 @@ export const llm: Executor = async (node, ctx) => {
   if (ctx.signal.aborted) throw abortedError()
   if (!wantsJson(format)) return { output: { text, usage }, usage }
   const parsed = parseStructured(text, format)
-  if (!parsed.ok) throw new NodeError('invalid_output', parsed.message)
+  if (!parsed.ok) throw new NodeError('invalid_output', parsed.message, usage)
   return { output: { text, usage, json: parsed.json }, usage }
 }
