@@ -105,6 +105,26 @@ export const InputBody = t.Object(
   { additionalProperties: false, examples: [{ node: 'approve', data: { approved: true, comment: 'Fine by me' } }] },
 )
 
+export const NodeView = t.Object({
+  node: t.String({ description: 'The node\'s id' }),
+  name: t.Union([t.String(), t.Null()]),
+  type: t.String(),
+  state: t.UnionEnum(['pending', 'running', 'retrying', 'waiting', 'completed', 'failed', 'skipped'], {
+    description: 'pending: not started yet; skipped: on a branch not taken (or never reached by a run that ended)',
+  }),
+  attempt: t.Union([t.Integer(), t.Null()], { description: 'The attempt in flight, or the next one while retrying' }),
+  started_at: t.Union([Timestamp, t.Null()]),
+  duration_ms: t.Union([t.Integer(), t.Null()]),
+  until: t.Union([Timestamp, t.Null()], { description: 'retrying: when the next attempt starts; waiting: when the wait ends or the input times out' }),
+  error: t.Union([t.Object({ code: t.String(), message: t.String() }), t.Null()], { description: 'The last failed attempt\'s error' }),
+})
+
+export const RunNodes = t.Object({
+  request_id: RequestId,
+  graph: t.Object({ nodes: t.Array(t.Record(t.String(), t.Unknown())), edges: t.Array(t.Record(t.String(), t.Unknown())) }, { description: 'The graph of the workflow version the run runs' }),
+  data: t.Array(NodeView),
+})
+
 export const RunEvents = t.Object({ request_id: t.String(), data: t.Array(RunEvent) })
 
 export function toRun(r: RunRow): typeof Run.static {

@@ -9,7 +9,7 @@ import { errors, ListOf } from './common.model'
 import { authenticated } from './plugins/auth'
 import { sseResponse, type SseEvent } from './plugins/sse'
 import {
-  AllRunsQuery, EventsQuery, InputBody, Run, RunAnswer, RunEvents, RunParams, RunStarted, RunsQuery, SyncRun, TriggerBody, TriggerQuery, WorkflowParams,
+  AllRunsQuery, EventsQuery, InputBody, Run, RunAnswer, RunNodes, RunEvents, RunParams, RunStarted, RunsQuery, SyncRun, TriggerBody, TriggerQuery, WorkflowParams,
   allRunList, runAnswer, runList, toRun, toSync,
 } from './runs.model'
 
@@ -102,6 +102,18 @@ export function runRoutes(deps: Deps) {
         tags,
         summary: 'Give a waiting human_input node its data; the run resumes',
         description: 'The run\'s waiting names the node, its prompt and the JSON Schema the data must match (400 naming the data\'s path otherwise). Answers the run object; 409 run_not_waiting when the node does not wait for input (answered already, past its timeout_seconds, or the run ended).',
+      },
+    })
+    .get('/runs/:run_id/nodes', async ({ caller, requestId, params }) => {
+      const { graph, nodes } = await runsDomain.runNodes(deps, await runsDomain.loadRun(deps, caller, params.run_id))
+      return { request_id: requestId, graph: graph as unknown as typeof RunNodes.static['graph'], data: nodes }
+    }, {
+      params: RunParams,
+      response: { 200: RunNodes, ...errors(404) },
+      detail: {
+        tags,
+        summary: 'Every node of the run with its state now (pending, running, retrying, waiting, completed, failed, skipped)',
+        description: 'With the graph of the workflow version the run runs, so a client can draw it. Poll it, or follow GET /v1/runs/{run_id}/events for each change.',
       },
     })
     .get('/runs/:run_id/events', async ({ caller, requestId, params, query, headers, request, set, route }) => {

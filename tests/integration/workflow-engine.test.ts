@@ -87,6 +87,8 @@ describe('errors and retries', () => {
     const run = await env.finished(await async(wf))
     expect(run).toMatchObject({ status: 'failed', error: { code: 'node_timeout', node: 'call' } })
     expect(counter('fail2').n).toBe(2)
+    const nodes = (await env.h.call('GET', `/v1/runs/${run.run_id}/nodes`, { key: env.owner })).body.data
+    expect(nodes.find((n: any) => n.node === 'call')).toMatchObject({ state: 'failed', attempt: 2, error: { code: 'node_timeout' } })
   })
 
   test('on_error continue: the error becomes the output and the run goes on', async () => {
@@ -112,6 +114,10 @@ describe('errors and retries', () => {
     expect(failing).toMatchObject({ status: 'completed' })
     expect(failing.outputs).toEqual({ fallback: 'fell back: node_timeout' })
     expect(starts(await env.eventsOf(failing.run_id), 'fine')).toHaveLength(0)
+    const nodes = (await env.h.call('GET', `/v1/runs/${failing.run_id}/nodes`, { key: env.owner })).body.data
+    expect(nodes.map((n: any) => [n.node, n.state, n.error?.code ?? null])).toEqual([
+      ['start', 'completed', null], ['call', 'completed', null], ['fine', 'skipped', null], ['fallback', 'completed', null], ['end', 'completed', null],
+    ])
     const passing = await env.finished(await async(await env.workflow(g('key=branch2'))))
     expect(passing).toMatchObject({ status: 'completed' })
     expect(passing.outputs).toEqual({ fine: 'fine' })
@@ -305,6 +311,10 @@ describe('human input', () => {
     }, { what: 'the run to wait for input' })
     expect(waiting).toMatchObject({ status: 'running', waiting: { node: 'approve', prompt: 'Approve a refund of 40 EUR?', expires_at: null } })
     expect(waiting.waiting.schema).toMatchObject({ required: ['approved'] })
+    const nodes = await env.h.call('GET', `/v1/runs/${runId}/nodes`, { key: env.owner })
+    expect(nodes.status).toBe(200)
+    expect(nodes.body.graph.nodes.map((n: any) => n.id)).toEqual(['start', 'approve', 'end'])
+    expect(nodes.body.data.map((n: any) => [n.node, n.state])).toEqual([['start', 'completed'], ['approve', 'waiting'], ['end', 'pending']])
     const [row] = await env.h.deps.db.sql<{ lease_owner: string | null }[]>`select lease_owner from runs where id = ${runId}`
     expect(row!.lease_owner).toBeNull()
     expect(await env.outboxOf(runId)).toEqual([{ type: 'workflow.run.waiting', data: { workflow_id: wf, run_id: runId, node: 'approve', prompt: 'Approve a refund of 40 EUR?', expires_at: null } }])

@@ -9,7 +9,8 @@ import { onlyUserOf, type Caller } from '../access'
 import { listScope, loadOwned, loadOwnedWithRole } from '../workspaces'
 import { validateInputs } from './graph'
 import { loadWorkflow } from './service'
-import { findWorkflow, type WorkflowRow } from '../../store/workflows'
+import { findWorkflow, getWorkflowVersion, type WorkflowRow } from '../../store/workflows'
+import type { Graph } from './types'
 import { CANCEL_CHANNEL, commitRun, parseRunMessage, published, RUN_TIMER, runChannel } from './transitions'
 import { cancelDescendants } from './children'
 import { schemaErrors } from '../../lib/json-schema'
@@ -133,6 +134,46 @@ export async function submitInput(deps: Deps, caller: Caller, runId: string, bod
     return saved
   }
   throw new AppError('conflict', `run ${runId} kept changing while the input was being saved; retry`)
+}
+
+export type NodeState = 'pending' | 'running' | 'retrying' | 'waiting' | 'completed' | 'failed' | 'skipped'
+
+export interface NodeView {
+  node: string
+  name: string | null
+  type: string
+  state: NodeState
+  attempt: number | null
+  started_at: string | null
+  duration_ms: number | null
+  /** retrying: when the next attempt starts; waiting: when the wait ends or the input times out. */
+  until: string | null
+  error: { code: string; message: string } | null
+}
+
+/**
+ * Each node of the run's graph (the version it runs) with its state now (GET /v1/runs/{run_id}/nodes):
+ * what the console draws, and what a client polls to follow a run node by node without the stream.
+ */
+export async function runNodes(deps: Deps, run: runs.RunRow): Promise<{ graph: Graph; nodes: NodeView[] }> {
+  const graph = await getWorkflowVersion(deps.db.sql, run.workflow_id, run.workflow_version)
+  const progress = loadRow(runDefinition, run).snapshot.context.progress
+  const nodes = graph.nodes.map((n): NodeView => {
+    const p = progress[n.id]
+    const state: NodeState = !p ? (run.status === 'running' ? 'pending' : 'skipped') : p.status
+    return {
+      node: n.id,
+      name: n.name ?? null,
+      type: n.type,
+      state,
+      attempt: p && p.status !== 'skipped' ? (p.attempt ?? 1) : null,
+      started_at: p?.started_at ?? null,
+      duration_ms: p?.duration_ms ?? null,
+      until: p && (p.status === 'retrying' || p.status === 'waiting') ? (p.until ?? null) : null,
+      error: p?.error ?? null,
+    }
+  })
+  return { graph, nodes }
 }
 
 /** The run's stored events after `afterSeq` (the run as loaded by loadRun). */
