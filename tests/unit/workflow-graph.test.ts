@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { checkConfig, type Path } from '../../src/domain/workflows/configs'
 import { incoming, inputSpec, outgoing, startNode, validateGraph, validateInputs } from '../../src/domain/workflows/graph'
-import type { Graph, NodeType } from '../../src/domain/workflows/types'
+import { NODE_TYPES, type Graph, type NodeType } from '../../src/domain/workflows/types'
 import { AppError } from '../../src/lib/errors'
 
 type G = { nodes: any[]; edges: any[] }
@@ -256,15 +256,16 @@ describe('validateGraph accepts', () => {
     const blocks = [...doc.matchAll(/```json\n([\s\S]*?)```/g)].map((m) => JSON.parse(m[1]!))
     const nodes = blocks.filter((b) => b.type && b.config)
     // Every type shown at least once (llm twice: its structured output has an example of its own).
-    expect([...new Set(nodes.map((n) => n.type))].sort()).toEqual(['code', 'condition', 'end', 'http_request', 'knowledge_retrieval', 'llm', 'start', 'template', 'wait'])
+    expect([...new Set(nodes.map((n) => n.type))].sort()).toEqual([...NODE_TYPES].sort())
     for (const n of nodes) {
       const problems: [Path, string][] = []
       checkConfig(n.type as NodeType, n.config, (p, m) => problems.push([p, m]))
       expect({ id: n.id, problems }).toEqual({ id: n.id, problems: [] })
     }
-    const full = blocks.filter((b) => b.graph)
-    expect(full.length).toBeGreaterThan(0)
-    for (const b of full) expect(validateGraph(b.graph).nodes.length).toBe(b.graph.nodes.length)
+    // Whole graphs: a workflow's body ({ graph }) or a graph itself ({ nodes, edges }).
+    const full = blocks.flatMap((b) => (b.graph ? [b.graph] : b.nodes && b.edges ? [b] : []))
+    expect(full.length).toBeGreaterThan(1)
+    for (const g of full) expect(validateGraph(g).nodes.length).toBe(g.nodes.length)
   })
 })
 
