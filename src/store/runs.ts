@@ -85,13 +85,24 @@ export async function lockRun(tx: Tx, id: string): Promise<RunRow> {
 
 /**
  * Runs a worker holds (src/store/leases.ts): `running` ones whose lease is free or expired and that
- * are not parked on a wait in the future.
+ * are not parked (`wake_at` set: on a wait, a retry's back-off held elsewhere, or a person's input).
+ * `wake_at is null` as a literal condition: the claim's partial index holds only such runs, so the
+ * runs parked, however many, cost the claim nothing; `unparkDue` clears `wake_at` once it passes.
  */
 export const runLeases: LeaseTable = {
   table: 'runs',
   states: ['running'],
   version: RUN_MACHINE_VERSION,
-  claimable: (sql) => sql`and (wake_at is null or wake_at <= now())`,
+  claimable: (sql) => sql`and wake_at is null`,
+}
+
+/** Parked runs whose time has come (all, or those of `ids`) made claimable again; answers how many. */
+export async function unparkDue(sql: Sql, ids?: string[]): Promise<number> {
+  const rows = await sql`
+    update runs set wake_at = null
+    where status = 'running' and wake_at is not null and wake_at <= now() ${ids ? sql`and id in ${sql(ids)}` : sql``}
+    returning id`
+  return rows.length
 }
 
 /** A run that waits on nothing the clock brings (only a person's input): parked until it is given. */

@@ -21,6 +21,8 @@ const MAX_RUNS = 64
 const IDLE_POLL_MS = 100
 /** LLM deltas are written to the run's log in pieces at most this old, not one row per token. */
 const DELTA_FLUSH_MS = 50
+/** How often a worker unparks runs whose wake_at passed without a timer firing. */
+const SWEEP_MS = 1000
 
 /**
  * Executes runs: claims them from Postgres with leases (`for update skip locked`), heartbeats them,
@@ -31,6 +33,7 @@ const DELTA_FLUSH_MS = 50
  */
 export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler {
   private readonly graphs = new Map<string, Graph>()
+  private swept = 0
   private unsubscribe: (() => Promise<void>) | null = null
 
   constructor(private readonly deps: Deps) {
@@ -54,18 +57,32 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
   }
 
   /**
-   * Adds nothing to the timer loop's claim size: a run timer only nudges this worker (a parked run is
-   * claimable from Postgres once its wake_at passes, timer or not), so it must not widen the claims
-   * that the delivery worker's back-pressure sizes.
+   * Adds nothing to the timer loop's claim size: a run timer only unparks the run and nudges this
+   * worker (the sweep unparks it too, timer or not), so it must not widen the claims that the
+   * delivery worker's back-pressure sizes.
    */
   capacity() {
     return 0
   }
 
-  /** A wait is over: the run is claimable again (wake_at passed); claim it now. */
+  /** A wait is over: the run is claimable again (its wake_at cleared); claim it now. */
   async fire(ids: string[]) {
+    await runs.unparkDue(this.deps.db.sql, ids)
     await this.deps.timers.schedule(RUN_TIMER, ids.map((id) => ({ id, at: null })))
     this.nudge()
+  }
+
+  /**
+   * Claims, and about once a second first unparks the runs whose wake_at has passed without their
+   * timer (Redis lost it, or it fired in a process that died before unparking them): the timers make
+   * waits end on time, this makes them end whatever happens to the timers.
+   */
+  protected override async step(): Promise<boolean> {
+    if (Date.now() - this.swept >= SWEEP_MS) {
+      this.swept = Date.now()
+      await runs.unparkDue(this.deps.db.sql)
+    }
+    return super.step()
   }
 
   protected work(run: runs.RunRow, ac: AbortController) {
@@ -196,7 +213,7 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
         continue
       }
       if (waits.length > 0) {
-        // Parked: the lease is let go; the timer (or the claim query once wake_at passes) brings it
+        // Parked: the lease is let go; the timer (or the sweep once wake_at passes) brings it
         // back, or a person's input does. Refused when the run moved on meanwhile: read it again.
         const times = waits.flatMap(([, p]) => (p.until === undefined ? [] : [Date.parse(p.until)]))
         const wakeAt = times.length > 0 ? new Date(Math.min(...times)) : runs.NEVER

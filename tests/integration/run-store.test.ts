@@ -5,7 +5,7 @@ import { advance, advanceMany, start, type Persisted } from '../../src/machines/
 import { RUN_MACHINE_VERSION, runMachine, type RunContext, type RunEvent } from '../../src/machines/workflow-run.machine'
 import type { Database } from '../../src/store/db'
 import { claim, release } from '../../src/store/leases'
-import { findRun, insertRun, parkRun, runLeases, writeTransition, type RunRow } from '../../src/store/runs'
+import { findRun, insertRun, parkRun, runLeases, unparkDue, writeTransition, type RunRow } from '../../src/store/runs'
 import { insertWorkflow } from '../../src/store/workflows'
 import { insertWorkspace } from '../../src/store/workspaces'
 import { freshDatabase } from '../helpers/db'
@@ -73,6 +73,9 @@ describe('claiming runs (src/store/leases.ts with runLeases)', () => {
     await release(db.sql, runLeases, 'not-the-owner', run.id, db.sql`, wake_at = null`)
     expect((await findRun(db.sql, run.id))!.wake_at).not.toBeNull()
     await db.sql`update runs set wake_at = now() - interval '1 second' where id = ${run.id}`
+    // Due, but still parked until unparked (its timer or the sweep): the claim reads only unparked runs.
+    expect((await claimRuns(db.sql, 'other', 60_000, 100)).map((r) => r.id)).not.toContain(run.id)
+    expect(await unparkDue(db.sql)).toBeGreaterThanOrEqual(1)
     expect((await claimRuns(db.sql, 'other', 60_000, 100)).map((r) => r.id)).toContain(run.id)
   })
 })
