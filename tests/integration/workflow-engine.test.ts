@@ -326,6 +326,10 @@ describe('human input', () => {
     const missing = await input({ node: 'approve', data: {} })
     expect(missing.body.error).toMatchObject({ code: 'validation_error', param: 'data.approved' })
     expect((await input({ node: 'nope', data: { approved: true } })).body.error.code).toBe('run_not_waiting')
+    const huge = await input({ node: 'approve', data: { approved: true, comment: 'x'.repeat(10 * 1024 * 1024) } })
+    expect(huge.status).toBe(413)
+    expect(huge.body.error.code).toBe('payload_too_large')
+    expect((await env.runOf(runId)).waiting).toMatchObject({ node: 'approve' })
 
     const ok = await input({ node: 'approve', data: { approved: true, comment: 'fine' } })
     expect(ok.status).toBe(200)

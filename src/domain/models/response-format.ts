@@ -1,6 +1,6 @@
+import type { ErrorObject } from 'ajv'
 import { Type, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
-import Ajv, { type ErrorObject, type ValidateFunction } from 'ajv'
 
 /**
  * OpenAI's `response_format`, the one shape of structured output: the chat routes' schema, the
@@ -70,39 +70,9 @@ export function checkResponseFormat(v: unknown, report: (path: string[], message
   if (!Value.Check(ResponseFormatSchema, v)) report([], 'does not match OpenAI\'s response_format')
 }
 
-/**
- * Compiled validators by the schema's JSON text, compiled once per schema (~1 ms for a small one with
- * a shared Ajv; a fresh Ajv per schema costs ~22 ms) and bounded to 256, the least recently used
- * going first. `addUsedSchema: false` keeps two schemas with the same `$id` from colliding, and
- * `removeSchema` drops an evicted one from Ajv's own cache too. `strict: false`: schemas written for
- * OpenAI carry keywords ajv does not know (vendor extensions, `format`s); an unknown keyword is
- * ignored rather than refused.
- */
-const MAX_VALIDATORS = 256
-const ajv = new Ajv({ allErrors: false, strict: false, validateFormats: false, addUsedSchema: false })
-const validators = new Map<string, ValidateFunction>()
+import { validatorFor } from '../../lib/json-schema'
 
-export function validatorFor(schema: Record<string, unknown>): ValidateFunction {
-  const key = JSON.stringify(schema)
-  const hit = validators.get(key)
-  if (hit) {
-    // Map order is insertion order: re-inserting makes this the most recently used.
-    validators.delete(key)
-    validators.set(key, hit)
-    return hit
-  }
-  const compiled = ajv.compile(schema)
-  validators.set(key, compiled)
-  if (validators.size > MAX_VALIDATORS) {
-    const [oldest, fn] = validators.entries().next().value!
-    validators.delete(oldest)
-    ajv.removeSchema(fn.schema as object)
-  }
-  return compiled
-}
-
-/** How many validators are cached (for the bound's test). */
-export const cachedValidators = () => validators.size
+export { cachedValidators, validatorFor } from '../../lib/json-schema'
 
 export type Structured = { ok: true; json: unknown } | { ok: false; message: string }
 
