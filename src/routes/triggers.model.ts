@@ -24,7 +24,8 @@ const Enabled = t.Boolean({ description: 'false pauses the trigger: no ticks, an
 
 export const CreateTrigger = t.Object(
   {
-    type: t.UnionEnum(['schedule', 'webhook'], { description: 'schedule: a run at each cron tick; webhook: a run per call to its url' }),
+    // Not t.UnionEnum: it defaults to its first value, so a body without a type would be a schedule.
+    type: t.Union([t.Literal('schedule'), t.Literal('webhook')], { description: 'schedule: a run at each cron tick; webhook: a run per call to its url' }),
     cron: t.Optional(Cron),
     timezone: t.Optional(Timezone),
     inputs: t.Optional(Inputs),
