@@ -60,8 +60,23 @@ export function parseSchedule(cron: string, timezone: string): Cron {
  * that happens twice (02:30 on the last Sunday of October) fires once.
  */
 export function nextTick(cron: string, timezone: string, after: Date): Date | null {
-  return parseSchedule(cron, timezone).nextRun(after)
+  const key = `${timezone} ${cron}`
+  let parsed = schedules.get(key)
+  if (!parsed) {
+    parsed = parseSchedule(cron, timezone)
+    // A bound on what stored schedules can make us keep; clearing is cheaper than an LRU and rare.
+    if (schedules.size >= SCHEDULE_CACHE_LIMIT) schedules.clear()
+    schedules.set(key, parsed)
+  }
+  return parsed.nextRun(after)
 }
+
+/**
+ * Parsed schedules by time zone and cron: parsing (and the time-zone check) cost ~0.3 ms a row, most
+ * of a round's time when 250 schedules come due at once (measured: 125 ms of a 190 ms round).
+ */
+const schedules = new Map<string, Cron>()
+const SCHEDULE_CACHE_LIMIT = 10_000
 
 const ROOTS = new Set(['body', 'query', 'headers'])
 const PLACEHOLDER = /\{\{([^{}]*)\}\}/g
@@ -220,6 +235,8 @@ export async function fireDueSchedules(deps: Pick<Deps, 'db' | 'log'>, limit: nu
     const due = await store.claimDueSchedules(tx, limit)
     if (due.length === 0) return { claimed: 0, started: [] }
     const now = new Date()
+    // Every run starts from the same initial snapshot: made once per round, not once per run.
+    const snapshot = start(runMachine, undefined as never).persisted as RunRow['snapshot']
     const runs = new Map<string, Parameters<typeof insertRuns>[1][number]>()
     const ticks: store.Tick[] = []
     for (const s of due) {
@@ -227,7 +244,7 @@ export async function fireDueSchedules(deps: Pick<Deps, 'db' | 'log'>, limit: nu
       try {
         const inputs = validateInputs(s.graph as Graph, s.inputs)
         runId = newId('run')
-        runs.set(s.id, newRunRow(runId, s, inputs))
+        runs.set(s.id, newRunRow(runId, s, inputs, snapshot))
       } catch (err) {
         if (!(err instanceof AppError)) throw err
         deps.log.warn({ trigger_id: s.id, tick_at: s.next_run_at, err: err.message }, 'schedule tick started no run: its inputs no longer fit the workflow')
@@ -242,7 +259,7 @@ export async function fireDueSchedules(deps: Pick<Deps, 'db' | 'log'>, limit: nu
   })
 }
 
-function newRunRow(id: string, s: store.DueSchedule, inputs: Record<string, unknown>): Parameters<typeof insertRuns>[1][number] {
+function newRunRow(id: string, s: store.DueSchedule, inputs: Record<string, unknown>, snapshot: RunRow['snapshot']): Parameters<typeof insertRuns>[1][number] {
   return {
     id,
     workflow_id: s.workflow_id,
@@ -250,7 +267,7 @@ function newRunRow(id: string, s: store.DueSchedule, inputs: Record<string, unkn
     workspace_id: s.workspace_id,
     user_id: `schedule:${s.id}`,
     inputs,
-    snapshot: start(runMachine, undefined as never).persisted as RunRow['snapshot'],
+    snapshot,
     machine_version: RUN_MACHINE_VERSION,
     request_id: null,
   }
