@@ -149,3 +149,9 @@ export async function advanceSchedules(tx: Tx, items: { id: string; next_run_at:
     from jsonb_to_recordset(${tx.json(rows as never)}) as r(id text, next_run_at timestamptz, run_id text)
     where t.id = r.id`
 }
+
+/** When the earliest enabled schedule is due (triggers_due_idx: the first entry of a partial index). */
+export async function nextScheduleAt(sql: Sql): Promise<Date | null> {
+  const [row] = await sql<{ at: Date | null }[]>`select min(next_run_at) as at from triggers where type = 'schedule' and enabled`
+  return row?.at ?? null
+}
