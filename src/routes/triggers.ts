@@ -1,4 +1,4 @@
-import { Elysia } from 'elysia'
+import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps'
 import * as triggers from '../domain/workflows/triggers'
 import { AppError } from '../lib/errors'
@@ -39,7 +39,7 @@ export function triggerRoutes(deps: Deps) {
       return { request_id: requestId, ...toPage(await triggers.listTriggers(deps, caller, params.id, q), q, (row) => toTrigger(row, base)) }
     }, {
       params: WorkflowTriggerParams,
-      query: ListQuery('created_at, updated_at'),
+      query: ListQuery('created_at, updated_at', { type: t.Optional(t.String({ description: 'schedule or webhook; type_in=a,b for both', examples: ['schedule'] })) }),
       response: { 200: ListOf(Trigger), ...errors(404) },
       detail: { tags, summary: 'List a workflow\'s triggers (never their secrets)' },
     })
