@@ -56,6 +56,7 @@ export const Trigger = t.Object(
   {
     id: t.String(),
     workflow_id: t.String(),
+    workspace_id: t.String({ description: 'The workflow\'s workspace' }),
     type: t.UnionEnum(['schedule', 'webhook']),
     enabled: t.Boolean(),
     cron: t.Union([t.String(), t.Null()], { description: 'Schedules only' }),
@@ -71,7 +72,7 @@ export const Trigger = t.Object(
   {
     description: 'A trigger of a workflow; a webhook trigger\'s secret is never returned',
     examples: [{
-      id: 'trg_01jbz3k9x8q7r6s5t4v3w2y1z0', workflow_id: 'wf_01jbz3k9x8q7r6s5t4v3w2y1z0', type: 'schedule', enabled: true, cron: '0 9 * * 1-5', timezone: 'Europe/Berlin',
+      id: 'trg_01jbz3k9x8q7r6s5t4v3w2y1z0', workflow_id: 'wf_01jbz3k9x8q7r6s5t4v3w2y1z0', workspace_id: 'ws_01jbz3k9x8q7r6s5t4v3w2y1z0', type: 'schedule', enabled: true, cron: '0 9 * * 1-5', timezone: 'Europe/Berlin',
       inputs: {}, next_run_at: '2026-01-05T08:00:00.000Z', last_run_at: null, last_run_id: null, url: null, created_at: '2026-01-02T03:04:05.678Z', updated_at: '2026-01-02T03:04:05.678Z',
     }],
   },
@@ -86,6 +87,7 @@ export function toTrigger(row: TriggerRow, base: string): typeof Trigger.static 
   return {
     id: row.id,
     workflow_id: row.workflow_id,
+    workspace_id: row.workspace_id,
     type: row.type,
     enabled: row.enabled,
     cron: row.cron,

@@ -27,7 +27,7 @@ afterAll(() => env.close())
 const YEARLY = '0 0 1 1 *'
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/
 const META = { version: 'v1', deprecated_warnings: [] }
-const FIELDS = ['created_at', 'cron', 'enabled', 'id', 'inputs', 'last_run_at', 'last_run_id', 'next_run_at', 'timezone', 'type', 'updated_at', 'url', 'workflow_id']
+const FIELDS = ['created_at', 'cron', 'enabled', 'id', 'inputs', 'last_run_at', 'last_run_id', 'next_run_at', 'timezone', 'type', 'updated_at', 'url', 'workflow_id', 'workspace_id']
 
 const create = (body: Record<string, unknown>, workflow = wf) => env.h.call('POST', `/v1/workflows/${workflow}/triggers`, { key: env.owner, body })
 const hook = (id: string, opts: { body?: unknown; raw?: string; query?: string; headers?: Record<string, string> } = {}) =>
@@ -209,5 +209,8 @@ describe('webhooks', () => {
     expect((await env.h.call('GET', `/v1/triggers/${b.id}`, { key: env.owner })).status).toBe(404)
     const [row] = await env.h.deps.db.sql<{ n: number }[]>`select count(*)::int as n from triggers where workflow_id = ${other}`
     expect(row!.n).toBe(0)
+    // Every write is in the workspace's audit trail, the delete included (its workspace read first).
+    const audit = await env.h.call('GET', `/v1/workspaces/${env.ws}/audit-log?resource_id=${a.id}&sort=created_at`, { key: env.owner })
+    expect(audit.body.data.map((e: any) => e.action)).toEqual(['POST /v1/workflows/{id}/triggers', 'PATCH /v1/triggers/{id}', 'DELETE /v1/triggers/{id}'])
   })
 })
