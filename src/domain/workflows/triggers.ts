@@ -252,10 +252,11 @@ export async function fireDueSchedules(deps: Pick<Deps, 'db' | 'log'>, limit: nu
       ticks.push({ trigger_id: s.id, tick_at: s.next_run_at, run_id: runId })
     }
     // Only a tick recorded now starts its run; one recorded before (the same trigger and time) was run then.
-    const started = (await store.insertTicks(tx, ticks)).flatMap((t) => runs.get(t.trigger_id) ?? [])
-    await insertRuns(tx, started)
-    await advanceSchedules(tx, due, new Map(started.map((r) => [r.user_id!.slice('schedule:'.length), r.id])), now)
-    return { claimed: due.length, started: started.map((r) => r.id) }
+    const recorded = (await store.insertTicks(tx, ticks)).filter((t) => runs.has(t.trigger_id))
+    await insertRuns(tx, recorded.map((t) => runs.get(t.trigger_id)!))
+    const startedBy = new Map(recorded.map((t) => [t.trigger_id, runs.get(t.trigger_id)!.id]))
+    await advanceSchedules(tx, due, startedBy, now)
+    return { claimed: due.length, started: [...startedBy.values()] }
   })
 }
 
