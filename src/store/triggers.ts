@@ -84,6 +84,14 @@ export async function deleteTrigger(tx: Tx, id: string): Promise<void> {
   await tx`delete from triggers where id = ${id}`
 }
 
+/** The webhook trigger a call names, with whether its workspace is archived (read-only). */
+export async function findHookTrigger(sql: Sql, id: string): Promise<(TriggerRow & { workspace_status: 'active' | 'archived' }) | null> {
+  const [row] = await sql<(TriggerRow & { workspace_status: 'active' | 'archived' })[]>`
+    select t.*, ws.status as workspace_status from triggers t join workspaces ws on ws.id = t.workspace_id
+    where t.id = ${id} and t.type = 'webhook'`
+  return row ?? null
+}
+
 /** A webhook trigger's call started a run: what the trigger object shows as its last run. */
 export async function recordHookRun(sql: Sql, id: string, runId: string): Promise<void> {
   await sql`update triggers set last_run_at = now(), last_run_id = ${runId} where id = ${id}`
@@ -100,6 +108,8 @@ export interface DueSchedule {
   next_run_at: Date
   workflow_version: number
   graph: unknown
+  /** An archived workspace is read-only: its schedules tick without starting runs. */
+  workspace_status: 'active' | 'archived'
 }
 
 /**
@@ -109,8 +119,8 @@ export interface DueSchedule {
 export function claimDueSchedules(tx: Tx, limit: number): Promise<DueSchedule[]> {
   return tx<DueSchedule[]>`
     select t.id, t.workflow_id, t.workspace_id, t.cron, t.timezone, t.inputs, t.next_run_at,
-           w.version as workflow_version, w.graph
-    from triggers t join workflows w on w.id = t.workflow_id
+           w.version as workflow_version, w.graph, ws.status as workspace_status
+    from triggers t join workflows w on w.id = t.workflow_id join workspaces ws on ws.id = t.workspace_id
     where t.type = 'schedule' and t.enabled and t.next_run_at <= now()
     order by t.next_run_at
     limit ${limit}

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { keyFor, startHarness, workspaceOf, type Harness } from '../helpers/harness'
 import { chain, end, start } from '../helpers/runs'
+import { fireDueSchedules } from '../../src/domain/workflows/triggers'
 
 // No workers run: a hook call's run is inserted and stays `running`, which these tests never need to change.
 let h: Harness
@@ -144,5 +145,33 @@ describe('calling a hook', () => {
     const res = await hook(id, { who: 'b' }, { 'Idempotency-Key': 'k-1' })
     expect(res.status).toBe(422)
     expect(res.body.error.code).toBe('idempotency_key_reused')
+  })
+})
+
+describe('an archived workspace is read-only', () => {
+  test('its hooks answer 403 and its schedules tick without a run; restored, both run again', async () => {
+    const ws = await workspaceOf(h, owner, 'Archived')
+    const flow = (await h.call('POST', '/v1/workflows', { key: owner, body: { workspace_id: ws, name: 'A', graph: chain(start([{ name: 'who', type: 'string' }]), end({})) } })).body.data.id
+    const hookId = (await h.call('POST', `/v1/workflows/${flow}/triggers`, { key: owner, body: { type: 'webhook', inputs: { who: '{{body.who}}' } } })).body.data.id
+    const scheduleId = (await h.call('POST', `/v1/workflows/${flow}/triggers`, { key: owner, body: { type: 'schedule', cron: '0 0 1 1 *', inputs: { who: 's' } } })).body.data.id
+    expect((await h.call('POST', `/v1/workspaces/${ws}/archive`, { key: owner })).status).toBe(200)
+
+    const res = await h.call('POST', `/v1/hooks/${hookId}`, { key: null, body: { who: 'a' } })
+    expect(res.status).toBe(403)
+    expect(res.body.error.code).toBe('forbidden')
+    // No workers run here: one round of the schedule worker's own step, on the real database.
+    const due = new Date(Date.now() - 1000)
+    await h.deps.db.sql`update triggers set next_run_at = ${due} where id = ${scheduleId}`
+    await fireDueSchedules(h.deps, 10)
+    const ticks = await h.deps.db.sql<{ run_id: string | null }[]>`select run_id from trigger_ticks where trigger_id = ${scheduleId}`
+    expect([...ticks]).toEqual([{ run_id: null }])
+    const [after] = await h.deps.db.sql<{ next_run_at: Date }[]>`select next_run_at from triggers where id = ${scheduleId}`
+    expect(after!.next_run_at.getTime()).toBeGreaterThan(Date.now())
+
+    expect((await h.call('POST', `/v1/workspaces/${ws}/restore`, { key: owner })).status).toBe(200)
+    expect((await h.call('POST', `/v1/hooks/${hookId}`, { key: null, body: { who: 'a' } })).status).toBe(202)
+    await h.deps.db.sql`update triggers set next_run_at = ${new Date(Date.now() - 500)} where id = ${scheduleId}`
+    const { started } = await fireDueSchedules(h.deps, 10)
+    expect(started).toHaveLength(1)
   })
 })

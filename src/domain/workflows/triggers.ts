@@ -196,11 +196,15 @@ export interface HookCall {
   headers: Record<string, string>
 }
 
-/** The webhook trigger a call names: a missing one, or a schedule's id, is 404; a disabled one 409. */
+/**
+ * The webhook trigger a call names: a missing one, or a schedule's id, is 404; a disabled one 409; one
+ * of an archived (read-only) workspace 403, as a run started with an API key would be.
+ */
 export async function findHook(deps: Deps, id: string): Promise<store.TriggerRow> {
-  const trigger = await store.findTrigger(deps.db.sql, id)
-  if (!trigger || trigger.type !== 'webhook') throw new AppError('not_found', `webhook trigger ${id} not found`)
+  const trigger = await store.findHookTrigger(deps.db.sql, id)
+  if (!trigger) throw new AppError('not_found', `webhook trigger ${id} not found`)
   if (!trigger.enabled) throw new AppError('conflict', `trigger ${id} is disabled; PATCH enabled: true to accept calls again`)
+  if (trigger.workspace_status === 'archived') throw new AppError('forbidden', `workspace ${trigger.workspace_id} is archived and read-only; restore it first`)
   return trigger
 }
 
@@ -227,7 +231,8 @@ export async function runHook(deps: Deps, trigger: store.TriggerRow, call: HookC
  * `limit` due schedules (skipping those another process holds), records each tick, inserts the runs
  * of the ticks recorded now, and moves every schedule to its next tick after now. A crash anywhere
  * rolls all of it back and the tick is claimed again; a tick already recorded starts nothing. A
- * tick whose inputs no longer fit the workflow's graph is recorded without a run, and logged.
+ * tick whose inputs no longer fit the workflow's graph is recorded without a run, and logged; so is
+ * (silently) a tick of an archived workspace.
  * Returns the ticks claimed and the runs started.
  */
 export async function fireDueSchedules(deps: Pick<Deps, 'db' | 'log'>, limit: number): Promise<{ claimed: number; started: RunRow['id'][] }> {
@@ -241,6 +246,11 @@ export async function fireDueSchedules(deps: Pick<Deps, 'db' | 'log'>, limit: nu
     const ticks: store.Tick[] = []
     for (const s of due) {
       let runId: string | null = null
+      if (s.workspace_status === 'archived') {
+        // Read-only until restored: the tick passes without a run, and is not replayed later.
+        ticks.push({ trigger_id: s.id, tick_at: s.next_run_at, run_id: null })
+        continue
+      }
       try {
         const inputs = validateInputs(s.graph as Graph, s.inputs)
         runId = newId('run')
