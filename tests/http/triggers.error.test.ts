@@ -33,6 +33,7 @@ describe('creating: 400 validation_error naming the field', () => {
     ['a nickname', { type: 'schedule', cron: '@hourly' }, 'cron'],
     ['a minute out of range', { type: 'schedule', cron: '61 * * * *' }, 'cron'],
     ['garbage', { type: 'schedule', cron: 'every day at 9' }, 'cron'],
+    ['a date that never comes (30 February)', { type: 'schedule', cron: '0 0 30 2 *' }, 'cron'],
     ['a schedule without cron', { type: 'schedule' }, 'cron'],
     ['a schedule with a secret', { type: 'schedule', cron: '* * * * *', secret: 'long-enough-secret' }, 'secret'],
     ['a schedule input the workflow does not declare', { type: 'schedule', cron: '* * * * *', inputs: { who: 'a', nope: 1 } }, 'inputs.nope'],

@@ -46,11 +46,15 @@ export function parseSchedule(cron: string, timezone: string): Cron {
   if (fields.length !== 5) {
     throw invalid('cron', `"${cron}" has ${fields.length} fields; a schedule has exactly 5 (minute hour day-of-month month day-of-week)`)
   }
+  let parsed: Cron
   try {
-    return new Cron(cron, { timezone, mode: '5-part', paused: true })
+    parsed = new Cron(cron, { timezone, mode: '5-part', paused: true })
   } catch (err) {
     throw invalid('cron', `"${cron}" is not a valid cron expression: ${(err as Error).message.replace(/^CronPattern: /, '')}`)
   }
+  // Valid fields can still name a date that never comes (30 February).
+  if (parsed.nextRun() === null) throw invalid('cron', `"${cron}" never fires`)
+  return parsed
 }
 
 /**
