@@ -11,6 +11,7 @@ import { webhookRoutes } from './routes/webhooks'
 import { modelRoutes } from './routes/models'
 import { usageRoutes } from './routes/usage'
 import { workflowRoutes } from './routes/workflows'
+import { hookRoutes, triggerRoutes } from './routes/triggers'
 import { runRoutes } from './routes/runs'
 import { knowledgeRoutes } from './routes/knowledge'
 import { agentRoutes } from './routes/agents'
@@ -55,6 +56,7 @@ const documentation = {
     { name: 'agents', description: 'Agents (tool-using chat and chatflows), chat turns, streamed answers and conversations (docs/agents.md)' },
     { name: 'workflows', description: 'Workflow definitions: versioned graphs validated at save time (docs/workflows.md)' },
     { name: 'runs', description: 'Workflow runs: synchronous, async or streamed; events, cancel' },
+    { name: 'triggers', description: 'Schedules and inbound webhooks that start workflow runs (docs/triggers.md)' },
     { name: 'knowledge', description: 'Knowledge bases, document uploads and their ingestion, search (docs/knowledge.md)' },
     { name: 'usage', description: 'Credits used and budgets' },
     { name: 'audit', description: 'Who changed what, when: the audit trail of a workspace (docs/audit.md)' },
@@ -80,7 +82,8 @@ export function buildApp(deps: Deps) {
     .use(docsRoutes(documentation, NAMED_SCHEMAS, () => built!))
     .use(opsRoutes(deps))
     .use(consoleRoutes(deps))
-    .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(machineRoutes(deps)).use(webhookRoutes(deps)).use(modelRoutes(deps)).use(usageRoutes(deps)).use(workflowRoutes(deps)).use(runRoutes(deps)).use(knowledgeRoutes(deps)).use(agentRoutes(deps)).use(auditRoutes(deps)))
+    .use(hookRoutes(deps))
+    .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(machineRoutes(deps)).use(webhookRoutes(deps)).use(modelRoutes(deps)).use(usageRoutes(deps)).use(workflowRoutes(deps)).use(runRoutes(deps)).use(triggerRoutes(deps)).use(knowledgeRoutes(deps)).use(agentRoutes(deps)).use(auditRoutes(deps)))
   built = app
   return app
 }

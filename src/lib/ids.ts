@@ -1,6 +1,6 @@
 /** Type prefixes of ids (`ws_`, `wf_`, ...); ids sort by creation time because a ULID does. */
 export type IdPrefix =
-  | 'ws' | 'agt' | 'conv' | 'msg' | 'wf' | 'run' | 'kb' | 'doc' | 'chk' | 'whk' | 'dlv' | 'key' | 'evt' | 'req' | 'crd' | 'aud'
+  | 'ws' | 'agt' | 'conv' | 'msg' | 'wf' | 'run' | 'kb' | 'doc' | 'chk' | 'whk' | 'dlv' | 'key' | 'evt' | 'req' | 'crd' | 'aud' | 'trg'
 
 // A monotonic ULID (ULID's monotonic mode), lower-cased. Written here rather than taken from the
 // ulid package because every request makes one: the package re-encodes the time and rebuilds the

@@ -31,7 +31,7 @@ export async function listAudit(sql: Sql, workspaceId: string, q: ListQuery): Pr
 }
 
 /** The tables whose rows name their workspace, for the routes that act on one by id. */
-export type OwnedTable = 'api_keys' | 'webhooks' | 'workflows' | 'runs' | 'knowledge_bases' | 'documents' | 'agents' | 'conversations'
+export type OwnedTable = 'api_keys' | 'webhooks' | 'workflows' | 'runs' | 'triggers' | 'knowledge_bases' | 'documents' | 'agents' | 'conversations'
 
 export async function workspaceOfRow(sql: Sql, table: OwnedTable, id: string): Promise<string | null> {
   const [row] = await sql<{ workspace_id: string | null }[]>`select workspace_id from ${sql(table)} where id = ${id}`

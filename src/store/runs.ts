@@ -240,3 +240,19 @@ export async function listRunsIn(sql: Sql, scope: WorkspaceScope, q: ListQuery):
   const c = listClauses(sql, q)
   return sql<RunRow[]>`select * from runs where ${inWorkspaces(sql, scope)} ${c.and} order by ${c.orderBy} limit ${c.limit}`
 }
+
+/**
+ * Several runs in one statement, inside the caller's transaction: the schedule worker inserts a
+ * batch of ticks' runs together with the ticks themselves, so a crash leaves both or neither.
+ */
+export async function insertRuns(
+  tx: Tx,
+  rows: Pick<RunRow, 'id' | 'workflow_id' | 'workflow_version' | 'workspace_id' | 'user_id' | 'inputs' | 'snapshot' | 'machine_version' | 'request_id'>[],
+): Promise<void> {
+  if (rows.length === 0) return
+  await tx`
+    insert into runs (id, workflow_id, workflow_version, workspace_id, user_id, status, inputs, snapshot, machine_version, request_id)
+    select id, workflow_id, workflow_version, workspace_id, user_id, 'running', inputs, snapshot, machine_version, request_id
+    from jsonb_to_recordset(${tx.json(rows as never)}) as r(id text, workflow_id text, workflow_version integer, workspace_id text,
+      user_id text, inputs jsonb, snapshot jsonb, machine_version integer, request_id text)`
+}

@@ -4,6 +4,7 @@ import { FanOut } from './fanout'
 import { rebuildDeliveryTimers, startMaintenance } from './maintenance'
 import { TimerLoop } from './timers'
 import { RUN_TIMER, RunWorker } from './runs'
+import { ScheduleWorker } from './schedules'
 import { DELIVERY_TIMER, DeliveryWorker } from './webhook-deliveries'
 
 /**
@@ -16,6 +17,7 @@ export interface Workers {
   deliveries: DeliveryWorker
   runs: RunWorker
   documents: DocumentWorker
+  schedules: ScheduleWorker
   stop(): Promise<void>
 }
 
@@ -24,6 +26,7 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
   const deliveries = new DeliveryWorker(d)
   const runs = new RunWorker(deps)
   const documents = new DocumentWorker(deps)
+  const schedules = new ScheduleWorker(deps)
   const loop = new TimerLoop(deps.redis, deps.log, deps.metrics, { [DELIVERY_TIMER]: deliveries, [RUN_TIMER]: runs })
   const fanOut = new FanOut(d)
   const rebuilt = await rebuildDeliveryTimers(d.sql, d.timers)
@@ -36,19 +39,21 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
   fanOut.start()
   runs.start()
   documents.start()
+  schedules.start()
   const stopMaintenance = startMaintenance(d)
   return {
     fanOut,
     deliveries,
     runs,
     documents,
+    schedules,
     async stop() {
       stopMaintenance()
       deps.timers.nudge = () => {}
       deps.events.nudge = () => {}
       deps.runs.nudge = () => {}
       deps.documents.nudge = () => {}
-      await Promise.all([loop.stop(), fanOut.stop(), runs.stop(), documents.stop()])
+      await Promise.all([loop.stop(), fanOut.stop(), runs.stop(), documents.stop(), schedules.stop()])
       await deliveries.drain()
     },
   }

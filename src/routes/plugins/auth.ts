@@ -44,10 +44,19 @@ export async function authenticateRequest(
 /** Authentication and the rate limit of every /v1 request, in onRequest (see authenticateRequest). */
 export function authentication(deps: Deps) {
   const apiPrefix = `${deps.config.basePath}/v1/`
+  const hookPrefix = `${apiPrefix}hooks/`
   return new Elysia({ name: 'conventions.authentication' }).onRequest(async ({ request, set }) => {
     const state = stateOf(request)
-    if (state.path.startsWith(apiPrefix)) await authenticateRequest(deps, request, state, set)
+    if (state.path.startsWith(apiPrefix) && !isHookCall(request, state.path, hookPrefix)) await authenticateRequest(deps, request, state, set)
   })
+}
+
+/**
+ * A call to a webhook trigger (POST /v1/hooks/{trigger_id}, src/routes/triggers.ts) needs no API key:
+ * the trigger checks its own signature and rate limit. Only that method and that one-segment path.
+ */
+function isHookCall(request: Request, path: string, hookPrefix: string): boolean {
+  return request.method === 'POST' && path.startsWith(hookPrefix) && path.length > hookPrefix.length && !path.includes('/', hookPrefix.length)
 }
 
 /**
