@@ -34,6 +34,9 @@ const SUITES: Suite[] = [
   { name: 'webhooks', script: 'bench/webhooks.ts', about: 'Webhook delivery' },
   { name: 'models', script: 'bench/models.ts', about: 'Models' },
   { name: 'runs', script: 'bench/runs.ts', about: 'Workflow runs' },
+  { name: SERVER ? 'engine-server' : 'engine', script: 'bench/engine.ts', about: 'Workflow engine, second level (iteration, parked runs)' },
+  // Two worker processes on one PostgreSQL: server mode only.
+  ...(SERVER ? [{ name: 'schedules', script: 'bench/schedules.ts', about: 'Schedules (1 000 ticks, 2 workers)' }] : []),
   { name: SERVER ? 'knowledge-server' : 'knowledge', script: 'bench/knowledge.ts', about: 'Knowledge bases' },
   { name: 'agents', script: 'bench/agents.ts', about: 'Agents' },
   { name: 'console', script: 'bench/console.ts', about: 'Console' },

@@ -188,7 +188,7 @@ async function main() {
     { figure: `(c) memory per parked run (${mode})`, measured: `${perRunBytes.toFixed(0)} B`, ceiling: `RSS ${(rssBefore / 1024).toFixed(0)} → ${(rssAfter / 1024).toFixed(0)} MB`, share: '', target: '< 1 KB', result: verdict(perRunBytes < 1024) },
   ]
   for (const r of rows) log(`${r.figure}: ${r.measured} (${r.ceiling}${r.share ? `, ${r.share}` : ''}) target ${r.target}: ${r.result}`)
-  writeResults(`engine-${mode}`, { machine: machine(), source: sourceVersion(), rounds: { a, b }, idle: { before: idleBefore, after: idleAfter }, rss_kb: { before: rssBefore, after: rssAfter } }, rows)
+  writeResults(serverMode ? 'engine-server' : 'engine', { machine: machine(), source: sourceVersion(), rounds: { a, b }, idle: { before: idleBefore, after: idleAfter }, rss_kb: { before: rssBefore, after: rssAfter } }, rows)
   if (serverMode) {
     const { default: postgres } = await import('postgres')
     const admin = postgres(serverMode.db, { max: 1, onnotice: () => {} })

@@ -97,6 +97,7 @@ export function runRoutes(deps: Deps) {
     .post('/runs/:run_id/input', async ({ caller, requestId, params, body }) => runAnswer(requestId, await runsDomain.submitInput(deps, caller, params.run_id, body)), {
       params: RunParams,
       body: InputBody,
+      parse: 'json',
       response: { 200: RunAnswer, ...errors(400, 403, 404, 409) },
       detail: {
         tags,
