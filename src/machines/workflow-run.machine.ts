@@ -100,7 +100,8 @@ export const runMachine = setup({
   initial: 'running',
   states: {
     running: {
-      description: 'Nodes execute as soon as every incoming edge is settled; independent branches in parallel.',
+      description:
+        'Nodes execute as soon as every incoming edge is settled; independent branches in parallel. Each node: pending → running → completed | failed | skipped; running → retrying → running (another attempt after its back-off); running → waiting → completed | failed (a wait node, or a human_input node until its data or its time-out).',
       on: {
         'node.started': { actions: 'markStarted', description: 'persisted before the node executes (again, after a retry\'s back-off)' },
         'node.waiting': { guard: 'isRunning', actions: 'markWaiting', description: 'a wait node (a durable timer) or a human_input node (its data, or its time-out); the run is parked, holding no lease' },
