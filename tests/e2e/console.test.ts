@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs'
 import { chromium, type Browser, type Page } from 'playwright-core'
 import { CHROMIUM, CHROMIUM_ARGS, CONSOLE_KEY, startConsoleWorld, XSS_NAME, type ConsoleWorld } from '../helpers/console'
 import { waitFor } from '../helpers/harness'
+import { chain } from '../helpers/runs'
 import { killAll } from '../helpers/process'
 
 /**
@@ -209,6 +210,62 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
     expect(await diagram().locator('svg g.visited').textContent()).toContain('running')
     expect(await page.getByRole('button', { name: 'Cancel' }).count()).toBe(0)
     expect((await world.call('GET', `/v1/runs/${runId}`)).body.status).toBe('cancelled')
+  }, 45_000)
+
+  test('a run waiting on a human_input node: the graph shows it waiting, the form built from its schema completes the run', async () => {
+    const made = await world.call('POST', '/v1/workflows', {
+      workspace_id: world.workspaceId,
+      name: 'Approve a refund',
+      graph: chain(
+        { id: 'start', type: 'start', config: {} },
+        {
+          id: 'approve', type: 'human_input', name: 'Approval',
+          config: { prompt: 'Approve the refund?', schema: { type: 'object', required: ['approved'], properties: { approved: { type: 'boolean' }, comment: { type: 'string' } } } },
+        },
+        { id: 'end', type: 'end', config: { outputs: { done: 'yes' } } },
+      ),
+    })
+    expect(made.status).toBe(201)
+    const started = await world.call('POST', `/v1/workflows/${made.body.data.id}/runs?async=true`, { inputs: {} })
+    const runId = started.body.run_id as string
+    await waitFor(async () => (await world.call('GET', `/v1/runs/${runId}`)).body.waiting?.node === 'approve', { what: 'the run to wait for input' })
+
+    await open(`#/runs/${runId}`)
+    const svg = page.locator('svg.run-graph[role="img"]')
+    await svg.waitFor()
+    expect(await svg.getAttribute('aria-label')).toContain('approve waiting')
+    expect(await svg.locator('g.gnode').count()).toBe(3)
+    expect(await svg.locator('g.edge').count()).toBe(2)
+    const approve = svg.locator('g.gnode[data-node="approve"]')
+    expect(await approve.getAttribute('data-state')).toBe('waiting')
+    expect(await approve.getAttribute('class')).toContain('state-waiting')
+    expect(await approve.textContent()).toContain('human_input')
+    expect(await svg.locator('g.gnode[data-node="start"]').getAttribute('data-state')).toBe('completed')
+    const states = page.locator('table', { has: page.locator('caption', { hasText: 'Node states' }) })
+    expect(await states.locator('tbody tr', { hasText: 'approve' }).textContent()).toContain('waiting')
+    expect(await states.locator('tbody tr', { hasText: 'end' }).last().textContent()).toContain('pending')
+    // Deeper nodes sit further right: start → approve → end.
+    const xs = await Promise.all(['start', 'approve', 'end'].map(async (n) => (await svg.locator(`g.gnode[data-node="${n}"]`).boundingBox())!.x))
+    expect(xs[0]! < xs[1]! && xs[1]! < xs[2]!).toBe(true)
+
+    // The form from the node's schema: a checkbox for the required boolean, a text field for the string.
+    const form = page.getByRole('form', { name: 'Input for node approve' })
+    expect(await page.locator('.waiting .prompt').textContent()).toBe('Approve the refund?')
+    expect(await form.getByLabel('approved').getAttribute('type')).toBe('checkbox')
+    expect(await form.locator('label', { hasText: 'approved' }).textContent()).toContain('required')
+    expect(await form.getByLabel('comment').getAttribute('type')).toBe('text')
+    await form.getByLabel('approved').check()
+    await form.getByLabel('comment').fill('Fine by me')
+    await form.getByRole('button', { name: 'Submit input' }).click()
+    await waitFor(async () => (await svg.locator('g.gnode[data-node="end"]').getAttribute('data-state')) === 'completed', { what: 'the graph to show the end node done' })
+    await waitFor(async () => (await page.locator('dl.facts .badge').first().textContent()) === 'completed', { what: 'the page to show the run completed' })
+    expect(await page.locator('.waiting').count()).toBe(0)
+    const run = (await world.call('GET', `/v1/runs/${runId}`)).body
+    expect(run.status).toBe('completed')
+    expect(run.waiting).toBeNull()
+    const nodes = (await world.call('GET', `/v1/runs/${runId}/nodes`)).body.data
+    expect(nodes.map((n: { state: string }) => n.state)).toEqual(['completed', 'completed', 'completed'])
+    expect(problems).toEqual([])
   }, 45_000)
 
   test('recent runs of every workflow on one page, filtered by status', async () => {

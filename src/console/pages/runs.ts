@@ -3,6 +3,8 @@ import { every, type PageContext } from '../context'
 import { actorDiagram } from '../diagram'
 import { runPath } from '../paths'
 import { action, badge, duration, facts, field, h, link, pre, put, table, when } from '../dom'
+import { drawRunGraph, type RunNodes } from '../graph'
+import { inputForm, type Waiting } from '../input-form'
 import { noWorkspace } from './shared'
 
 interface Workflow {
@@ -25,6 +27,8 @@ interface Run {
   user_id: string | null
   created_at: string
   finished_at: string | null
+  parent_run_id?: string | null
+  waiting?: Waiting | null
 }
 interface RunEvent {
   seq: number
@@ -34,6 +38,12 @@ interface RunEvent {
 }
 
 const STATUSES = ['running', 'completed', 'failed', 'cancelled'] as const
+
+/** A run's id linked to its page, marked when a sub_workflow or iteration node of another run started it. */
+const runLink = (r: Run) => [
+  link(`#/runs/${encodeURIComponent(r.run_id)}`, r.run_id),
+  r.parent_run_id ? [' ', h('span', { class: 'child-run', title: `Child run of ${r.parent_run_id}` }, 'child')] : null,
+]
 
 export async function workflowsPage(ctx: PageContext) {
   if (!ctx.workspaceId) return noWorkspace(ctx)
@@ -56,7 +66,7 @@ export async function workflowsPage(ctx: PageContext) {
     h('h2', null, 'Recent runs, every workflow'),
     filters,
     table('Recent runs across workflows, newest first', ['Run', 'Workflow', 'Status', 'Duration', 'Error', 'Started'],
-      recent.map((r) => [link(`#/runs/${encodeURIComponent(r.run_id)}`, r.run_id), link(`#/workflows/${encodeURIComponent(r.workflow_id)}`, names.get(r.workflow_id) ?? r.workflow_id), badge(r.status), duration(r.duration_ms), r.error ? `${r.error.code}: ${r.error.message}` : '', when(r.created_at)])),
+      recent.map((r) => [runLink(r), link(`#/workflows/${encodeURIComponent(r.workflow_id)}`, names.get(r.workflow_id) ?? r.workflow_id), badge(r.status), duration(r.duration_ms), r.error ? `${r.error.code}: ${r.error.message}` : '', when(r.created_at)])),
     h('h2', null, 'Workflows'),
     h('p', null, 'Choose a workflow to see all its runs or start one.'),
     table('Workflows of the workspace', ['Workflow', 'Version', 'Updated'], list.map((w) => [link(`#/workflows/${encodeURIComponent(w.id)}`, w.name), w.version, when(w.updated_at)])),
@@ -116,7 +126,7 @@ export async function workflowPage(ctx: PageContext) {
     const filter = { status: ctx.query.get('status') ?? undefined, created_at_after: ctx.query.get('created_at_after') ?? undefined, created_at_before: ctx.query.get('created_at_before') ?? undefined }
     const list = await listAll<Run>(`${path}/runs`, filter, ctx.signal, 200)
     put(runs, table('Runs, newest first', ['Run', 'Status', 'Version', 'Duration', 'Credits', 'User', 'Started'],
-      list.map((r) => [link(`#/runs/${encodeURIComponent(r.run_id)}`, r.run_id), badge(r.status), r.workflow_version, duration(r.duration_ms), r.usage.credits, r.user_id ?? '—', when(r.created_at)])))
+      list.map((r) => [runLink(r), badge(r.status), r.workflow_version, duration(r.duration_ms), r.usage.credits, r.user_id ?? '—', when(r.created_at)])))
     return list.some((r) => r.status === 'running')
   }
   put(ctx.main,
@@ -135,23 +145,57 @@ export async function runPage(ctx: PageContext) {
   const path = `/runs/${encodeURIComponent(id)}`
   const status = h('div', { class: 'status', role: 'status' })
   const info = h('div', { 'aria-live': 'polite' })
+  const waitingBox = h('div')
+  const graph = h('figure', { class: 'graph' }, h('p', { class: 'loading' }, 'Loading the graph…'))
   const diagram = actorDiagram('workflow-run')
   const timeline = h('ol', { class: 'timeline', 'aria-label': 'Run events' })
   const started = new Map<string, number>()
   let run: Run
+  let shownWaiting = ''
+
+  const showGraph = async () => {
+    try {
+      drawRunGraph(graph, await api<RunNodes>('GET', `${path}/nodes`, undefined, ctx.signal))
+    } catch (err) {
+      if (!ctx.signal.aborted) put(graph, h('p', { class: 'error', role: 'alert' }, `Graph unavailable: ${(err as Error).message}`))
+    }
+  }
+  // Events come in bursts (node_end, then the next node_start): one /nodes call per burst.
+  let pending: ReturnType<typeof setTimeout> | undefined
+  const refreshGraph = () => {
+    clearTimeout(pending)
+    pending = setTimeout(() => void (ctx.signal.aborted || showGraph()), 200)
+  }
+  ctx.signal.addEventListener('abort', () => clearTimeout(pending))
+
+  // The form is rebuilt only when another input is asked for, so a refresh never wipes what is typed.
+  const showWaiting = () => {
+    const w = run.status === 'running' ? run.waiting ?? null : null
+    const key = w ? `${w.node}|${w.since}` : ''
+    if (key === shownWaiting) return
+    shownWaiting = key
+    put(waitingBox, w ? inputForm(w, async (data) => {
+      run = await api<Run>('POST', `${path}/input`, { node: w.node, data }, ctx.signal)
+      put(status, `Input sent to ${w.node}.`)
+      await showRun()
+      refreshGraph()
+    }) : null)
+  }
 
   const showRun = async () => {
+    const before = run ? `${run.status}|${run.waiting?.node ?? ''}` : ''
     run = await api<Run>('GET', path, undefined, ctx.signal)
     put(info,
       facts([
         ['Status', badge(run.status)],
         ['Workflow', link(`#/workflows/${encodeURIComponent(run.workflow_id)}`, `${run.workflow_id} (version ${run.workflow_version})`)],
+        run.parent_run_id ? ['Parent run', link(`#/runs/${encodeURIComponent(run.parent_run_id)}`, run.parent_run_id)] : null,
         ['Started', when(run.created_at)],
         ['Finished', when(run.finished_at)],
         ['Duration', duration(run.duration_ms)],
         ['Usage', `${run.usage.tokens_in} tokens in, ${run.usage.tokens_out} out, ${run.usage.credits} credits`],
         ['Error', run.error ? `${run.error.code}: ${run.error.message}${run.error.node ? ` (node ${run.error.node})` : ''}` : '—'],
-      ]),
+      ].filter((pair): pair is [string, HTMLElement | string] => pair !== null)),
       h('div', { class: 'actions' },
         run.status === 'running'
           ? action('Cancel', async () => {
@@ -163,6 +207,9 @@ export async function runPage(ctx: PageContext) {
       ),
       h('details', null, h('summary', null, 'Inputs and outputs'), h('h3', null, 'Inputs'), pre(run.inputs), h('h3', null, 'Outputs'), pre(run.outputs)),
     )
+    showWaiting()
+    // A run that starts or stops waiting, or ends, may do so with no event the page saw (a time-out).
+    if (before && before !== `${run.status}|${run.waiting?.node ?? ''}`) refreshGraph()
     await diagram.show(runPath(run.status))
   }
 
@@ -186,11 +233,14 @@ export async function runPage(ctx: PageContext) {
     h('h1', null, `Run ${id}`),
     status,
     info,
+    waitingBox,
+    h('section', { 'aria-labelledby': 'gr' }, h('h2', { id: 'gr' }, 'Graph'), graph),
     h('div', { class: 'two' },
       h('section', { 'aria-labelledby': 'tl' }, h('h2', { id: 'tl' }, 'Event timeline'), timeline),
       h('section', { 'aria-labelledby': 'sm' }, h('h2', { id: 'sm' }, 'State machine'), diagram.figure),
     ),
   )
+  await showGraph()
   if (run!.status !== 'running') {
     const events = await api<{ data: RunEvent[] }>('GET', `${path}/events`, undefined, ctx.signal)
     for (const e of events.data) addEvent(e)
@@ -206,6 +256,7 @@ export async function runPage(ctx: PageContext) {
     try {
       await stream('GET', `${path}/events`, undefined, (event, data, eventId) => {
         if (eventId) lastId = eventId
+        if (event === 'node_start' || event === 'node_end' || event === 'done') refreshGraph()
         addEvent({ event, data: (data ?? {}) as Record<string, unknown> })
       }, ctx.signal, lastId ? { 'last-event-id': lastId } : {})
       break
@@ -214,5 +265,8 @@ export async function runPage(ctx: PageContext) {
       await new Promise((r) => setTimeout(r, 1000))
     }
   }
-  if (!ctx.signal.aborted) await showRun()
+  if (!ctx.signal.aborted) {
+    await showRun()
+    refreshGraph()
+  }
 }
