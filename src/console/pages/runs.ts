@@ -1,4 +1,4 @@
-import { api, listAll, query, stream } from '../api'
+import { api, ApiError, listAll, query, stream } from '../api'
 import { every, type PageContext } from '../context'
 import { actorDiagram } from '../diagram'
 import { runPath } from '../paths'
@@ -73,6 +73,43 @@ export async function workflowsPage(ctx: PageContext) {
   )
 }
 
+/** GET /v1/workflows/{id}/triggers (docs/api.md, "Triggers"). */
+interface Trigger {
+  id: string
+  workflow_id: string
+  type: 'schedule' | 'webhook'
+  enabled: boolean
+  cron: string | null
+  timezone: string | null
+  next_run_at: string | null
+  last_run_at: string | null
+  last_run_id: string | null
+  url: string | null
+  created_at: string
+}
+
+/** The workflow's schedules and hooks; a service without triggers (404) gets a note, not a broken page. */
+async function triggersSection(path: string, signal: AbortSignal): Promise<HTMLElement> {
+  const title = h('h2', { id: 'triggers' }, 'Triggers')
+  let list: Trigger[]
+  try {
+    list = (await api<{ data: Trigger[] }>('GET', `${path}/triggers`, undefined, signal)).data
+  } catch (err) {
+    const why = err instanceof ApiError && err.status === 404 ? 'This service does not offer triggers (GET /v1/workflows/{id}/triggers answered 404).' : `Triggers unavailable: ${(err as Error).message}`
+    return h('section', { class: 'triggers', 'aria-labelledby': 'triggers' }, title, h('p', { class: 'notice' }, why))
+  }
+  return h('section', { class: 'triggers', 'aria-labelledby': 'triggers' }, title,
+    table('Triggers of the workflow', ['Trigger', 'Type', 'Schedule', 'Next run', 'Last run', 'Enabled', 'Hook URL'],
+      list.map((t) => [
+        t.id, t.type,
+        t.type === 'schedule' ? `${t.cron ?? '—'} (${t.timezone ?? 'UTC'})` : '—',
+        when(t.next_run_at),
+        t.last_run_id ? link(`#/runs/${encodeURIComponent(t.last_run_id)}`, when(t.last_run_at)) : when(t.last_run_at),
+        badge(t.enabled ? 'enabled' : 'disabled'),
+        t.type === 'webhook' && t.url ? h('code', null, t.url) : '—',
+      ]), 'none; a schedule or a hook is added through the API (POST /v1/workflows/{id}/triggers).'))
+}
+
 /** datetime-local (the browser's time zone) ↔ ISO 8601 UTC for the API's created_at filters. */
 const toIso = (local: string) => (local ? new Date(local).toISOString() : '')
 const toLocal = (iso: string | null) => {
@@ -85,7 +122,10 @@ const toLocal = (iso: string | null) => {
 export async function workflowPage(ctx: PageContext) {
   const id = ctx.params[0]!
   const path = `/workflows/${encodeURIComponent(id)}`
-  const wf = (await api<{ data: Workflow }>('GET', path, undefined, ctx.signal)).data
+  const [wf, triggers] = await Promise.all([
+    api<{ data: Workflow }>('GET', path, undefined, ctx.signal).then((r) => r.data),
+    triggersSection(path, ctx.signal),
+  ])
   const status = h('select', null, h('option', { value: '' }, 'all'), STATUSES.map((s) => h('option', { value: s }, s)))
   status.value = ctx.query.get('status') ?? ''
   const after = h('input', { type: 'datetime-local', value: toLocal(ctx.query.get('created_at_after')) })
@@ -133,6 +173,8 @@ export async function workflowPage(ctx: PageContext) {
     h('p', { class: 'crumbs' }, link('#/runs', 'Runs'), ' / ', wf.name),
     h('h1', null, wf.name),
     h('details', null, h('summary', null, 'Start a run'), start),
+    triggers,
+    h('h2', null, 'Runs'),
     filters,
     runs,
   )
