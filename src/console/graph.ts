@@ -64,8 +64,9 @@ export function drawRunGraph(figure: HTMLElement, nodes: RunNodes): void {
     const g = s('g', { class: `edge${e.source_handle === 'error' ? ' edge-error' : ''}`, 'data-source': e.source, 'data-target': e.target },
       s('path', { d: `M ${x1} ${y1} C ${x1 + bend} ${y1}, ${x2 - bend} ${y2}, ${x2} ${y2}`, 'marker-end': 'url(#run-graph-arrow)' }))
     if (e.source_handle) {
-      // Near the source end, where the branches of a condition still part.
-      g.append(s('text', { x: x1 + 8, y: y1 + (y2 >= y1 ? -6 : 14) + (y2 - y1) * 0.2, class: 'edge-label' }, clip(e.source_handle, 14)))
+      // Just before the target, where the edge arrives level: the branches of one condition part at
+      // their source, and labels there would pile onto each other.
+      g.append(s('text', { x: x2 - 8, y: y2 - 6, 'text-anchor': 'end', class: 'edge-label' }, clip(e.source_handle, 12)))
     }
     svg.append(g)
   }

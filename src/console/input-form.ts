@@ -111,7 +111,8 @@ export function inputForm(waiting: Waiting, submit: (data: unknown) => Promise<u
   const props = isObject(schema) && schema.type === 'object' && isObject(schema.properties) ? (schema.properties as Record<string, unknown>) : null
   const required = new Set(isObject(schema) && Array.isArray(schema.required) ? schema.required.map(String) : [])
   const fields: Field[] = props
-    ? Object.entries(props).map(([name, prop]) => propertyField(name, isObject(prop) ? prop : {}, required.has(name)))
+    // Required ones first: the stored schema is JSONB, whose key order is not the order it was written in.
+    ? Object.entries(props).sort(([a], [b]) => Number(required.has(b)) - Number(required.has(a))).map(([name, prop]) => propertyField(name, isObject(prop) ? prop : {}, required.has(name)))
     : [jsonField('', 'Data (JSON)', true, '')]
   const status = h('div', { class: 'status', role: 'status' })
   const button = h('button', { type: 'submit' }, 'Submit input')
