@@ -206,6 +206,8 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
     // Live timeline from the event stream: the wait node started and is parked.
     await page.locator('.timeline li', { hasText: 'cool_down' }).waitFor()
     expect(await page.locator('.timeline li[data-event="node_end"]', { hasText: 'start' }).count()).toBe(1)
+    // The graph shows the wait node parked.
+    await waitFor(async () => (await page.locator('svg.run-graph g.gnode[data-node="cool_down"]').getAttribute('data-state')) === 'waiting', { what: 'the wait node drawn waiting' })
 
     await page.getByRole('button', { name: 'Cancel' }).click()
     await waitFor(async () => (await diagram().getAttribute('data-current-state')) === 'cancelled', { what: 'the highlight to move to cancelled' })
@@ -305,6 +307,39 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
     // The failed submission was the API's 400 (logged by the browser); nothing else went wrong.
     expect(problems.filter((p) => !p.includes('400'))).toEqual([])
     problems.length = 0
+  }, 45_000)
+
+  test('with no schema the form is one JSON text area; the graph follows the run to its end', async () => {
+    const made = await world.call('POST', '/v1/workflows', {
+      workspace_id: world.workspaceId,
+      name: 'Any answer, then a pause',
+      graph: chain(
+        { id: 'start', type: 'start', config: {} },
+        { id: 'ask', type: 'human_input', config: { prompt: 'Anything to add?' } },
+        { id: 'pause', type: 'wait', config: { seconds: 1.5 } },
+        { id: 'end', type: 'end', config: { outputs: { done: 'yes' } } },
+      ),
+    })
+    expect(made.status).toBe(201)
+    const runId = (await world.call('POST', `/v1/workflows/${made.body.data.id}/runs?async=true`, { inputs: {} })).body.run_id as string
+    await waitFor(async () => (await world.call('GET', `/v1/runs/${runId}`)).body.waiting?.node === 'ask', { what: 'the run to wait for input' })
+    await open(`#/runs/${runId}`)
+    const form = page.getByRole('form', { name: 'Input for node ask' })
+    await form.waitFor()
+    expect(await form.locator('textarea').count()).toBe(1)
+    expect(await form.locator('input').count()).toBe(0)
+    await form.getByLabel('Data (JSON)').fill('not json')
+    await form.getByRole('button', { name: 'Submit input' }).click()
+    await form.locator('.field-error', { hasText: 'is not JSON' }).waitFor()
+    expect((await world.call('GET', `/v1/runs/${runId}`)).body.waiting?.node).toBe('ask')
+    await form.getByLabel('Data (JSON)').fill('{"note": "ship it"}')
+    await form.getByRole('button', { name: 'Submit input' }).click()
+    const state = (node: string) => page.locator(`svg.run-graph g.gnode[data-node="${node}"]`).getAttribute('data-state')
+    await waitFor(async () => (await state('end')) === 'completed', { timeoutMs: 15_000, what: 'the graph to reach the end node' })
+    expect(await state('pause')).toBe('completed')
+    await page.locator('.timeline li[data-event="done"]').waitFor()
+    expect((await world.call('GET', `/v1/runs/${runId}`)).body.outputs).toEqual({ done: 'yes' })
+    expect(problems).toEqual([])
   }, 45_000)
 
   test('a child run links to its parent, and run lists mark child runs', async () => {
