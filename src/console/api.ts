@@ -22,6 +22,8 @@ export class ApiError extends Error {
     readonly code: string,
     message: string,
     readonly requestId?: string,
+    /** The request field a validation_error is about (`data.approved`), when the API names one. */
+    readonly param?: string,
   ) {
     super(message)
   }
@@ -55,9 +57,9 @@ async function answer<T>(res: Response): Promise<T> {
     // Not JSON: reported below with the status.
   }
   if (!res.ok) {
-    const e = (json as { error?: { code?: string; message?: string }; request_id?: string } | null) ?? {}
+    const e = (json as { error?: { code?: string; message?: string; param?: string }; request_id?: string } | null) ?? {}
     if (res.status === 401) onUnauthorized()
-    throw new ApiError(res.status, e.error?.code ?? 'error', `${res.status} ${e.error?.code ?? ''}: ${e.error?.message ?? (text.slice(0, 200) || res.statusText)}`, e.request_id)
+    throw new ApiError(res.status, e.error?.code ?? 'error', `${res.status} ${e.error?.code ?? ''}: ${e.error?.message ?? (text.slice(0, 200) || res.statusText)}`, e.request_id, e.error?.param)
   }
   return json as T
 }

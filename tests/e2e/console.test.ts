@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs'
 import { chromium, type Browser, type Page } from 'playwright-core'
 import { CHROMIUM, CHROMIUM_ARGS, CONSOLE_KEY, startConsoleWorld, XSS_NAME, type ConsoleWorld } from '../helpers/console'
 import { waitFor } from '../helpers/harness'
+import { chain } from '../helpers/runs'
 import { killAll } from '../helpers/process'
 
 /**
@@ -29,7 +30,10 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
     page.setDefaultTimeout(15_000)
     page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`))
     page.on('console', (m) => {
-      if (m.type() === 'error' && !/favicon/.test(m.location().url)) problems.push(`console: ${m.text()}`)
+      // Triggers are built on another branch: until they land, the workflow page's GET .../triggers is a
+      // 404 (which Chromium logs), answered on the page with a note.
+      const triggers404 = /\/v1\/workflows\/[^/]+\/triggers$/.test(m.location().url) && m.text().includes('404')
+      if (m.type() === 'error' && !/favicon/.test(m.location().url) && !triggers404) problems.push(`console: ${m.text()}`)
     })
   }, 90_000)
 
@@ -202,6 +206,8 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
     // Live timeline from the event stream: the wait node started and is parked.
     await page.locator('.timeline li', { hasText: 'cool_down' }).waitFor()
     expect(await page.locator('.timeline li[data-event="node_end"]', { hasText: 'start' }).count()).toBe(1)
+    // The graph shows the wait node parked.
+    await waitFor(async () => (await page.locator('svg.run-graph g.gnode[data-node="cool_down"]').getAttribute('data-state')) === 'waiting', { what: 'the wait node drawn waiting' })
 
     await page.getByRole('button', { name: 'Cancel' }).click()
     await waitFor(async () => (await diagram().getAttribute('data-current-state')) === 'cancelled', { what: 'the highlight to move to cancelled' })
@@ -210,6 +216,199 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
     expect(await page.getByRole('button', { name: 'Cancel' }).count()).toBe(0)
     expect((await world.call('GET', `/v1/runs/${runId}`)).body.status).toBe('cancelled')
   }, 45_000)
+
+  test('a run waiting on a human_input node: the graph shows it waiting, the form built from its schema completes the run', async () => {
+    const made = await world.call('POST', '/v1/workflows', {
+      workspace_id: world.workspaceId,
+      name: 'Approve a refund',
+      graph: chain(
+        { id: 'start', type: 'start', config: {} },
+        {
+          id: 'approve', type: 'human_input', name: 'Approval',
+          config: { prompt: 'Approve the refund?', schema: { type: 'object', required: ['approved'], properties: { approved: { type: 'boolean' }, comment: { type: 'string' } } } },
+        },
+        { id: 'end', type: 'end', config: { outputs: { done: 'yes' } } },
+      ),
+    })
+    expect(made.status).toBe(201)
+    const started = await world.call('POST', `/v1/workflows/${made.body.data.id}/runs?async=true`, { inputs: {} })
+    const runId = started.body.run_id as string
+    await waitFor(async () => (await world.call('GET', `/v1/runs/${runId}`)).body.waiting?.node === 'approve', { what: 'the run to wait for input' })
+
+    await open(`#/runs/${runId}`)
+    const svg = page.locator('svg.run-graph[role="img"]')
+    await svg.waitFor()
+    expect(await svg.getAttribute('aria-label')).toContain('approve waiting')
+    expect(await svg.locator('g.gnode').count()).toBe(3)
+    expect(await svg.locator('g.edge').count()).toBe(2)
+    const approve = svg.locator('g.gnode[data-node="approve"]')
+    expect(await approve.getAttribute('data-state')).toBe('waiting')
+    expect(await approve.getAttribute('class')).toContain('state-waiting')
+    expect(await approve.textContent()).toContain('human_input')
+    expect(await svg.locator('g.gnode[data-node="start"]').getAttribute('data-state')).toBe('completed')
+    const states = page.locator('table', { has: page.locator('caption', { hasText: 'Node states' }) })
+    expect(await states.locator('tbody tr', { hasText: 'approve' }).textContent()).toContain('waiting')
+    expect(await states.locator('tbody tr', { hasText: 'end' }).last().textContent()).toContain('pending')
+    // Deeper nodes sit further right: start → approve → end.
+    const xs = await Promise.all(['start', 'approve', 'end'].map(async (n) => (await svg.locator(`g.gnode[data-node="${n}"]`).boundingBox())!.x))
+    expect(xs[0]! < xs[1]! && xs[1]! < xs[2]!).toBe(true)
+
+    // The form from the node's schema: a checkbox for the required boolean, a text field for the string.
+    const form = page.getByRole('form', { name: 'Input for node approve' })
+    expect(await page.locator('.waiting .prompt').textContent()).toBe('Approve the refund?')
+    expect(await form.getByLabel('approved').getAttribute('type')).toBe('checkbox')
+    expect(await form.locator('label', { hasText: 'approved' }).textContent()).toContain('required')
+    expect(await form.getByLabel('comment').getAttribute('type')).toBe('text')
+    await form.getByLabel('approved').check()
+    await form.getByLabel('comment').fill('Fine by me')
+    await form.getByRole('button', { name: 'Submit input' }).click()
+    await waitFor(async () => (await svg.locator('g.gnode[data-node="end"]').getAttribute('data-state')) === 'completed', { what: 'the graph to show the end node done' })
+    await waitFor(async () => (await page.locator('dl.facts .badge').first().textContent()) === 'completed', { what: 'the page to show the run completed' })
+    expect(await page.locator('.waiting').count()).toBe(0)
+    const run = (await world.call('GET', `/v1/runs/${runId}`)).body
+    expect(run.status).toBe('completed')
+    expect(run.waiting).toBeNull()
+    const nodes = (await world.call('GET', `/v1/runs/${runId}/nodes`)).body.data
+    expect(nodes.map((n: { state: string }) => n.state)).toEqual(['completed', 'completed', 'completed'])
+    expect(problems).toEqual([])
+  }, 45_000)
+
+  test('the input form shows a 400 beside the field the API names, and a select for an enum', async () => {
+    const made = await world.call('POST', '/v1/workflows', {
+      workspace_id: world.workspaceId,
+      name: 'Refund amount',
+      graph: chain(
+        { id: 'start', type: 'start', config: {} },
+        {
+          id: 'amount_in', type: 'human_input',
+          config: { prompt: 'How much?', schema: { type: 'object', required: ['amount', 'reason'], properties: { amount: { type: 'integer', minimum: 1 }, reason: { type: 'string', enum: ['late', 'broken'] } } } },
+        },
+        { id: 'end', type: 'end', config: { outputs: { done: 'yes' } } },
+      ),
+    })
+    expect(made.status).toBe(201)
+    const runId = (await world.call('POST', `/v1/workflows/${made.body.data.id}/runs?async=true`, { inputs: {} })).body.run_id as string
+    await waitFor(async () => (await world.call('GET', `/v1/runs/${runId}`)).body.waiting?.node === 'amount_in', { what: 'the run to wait for input' })
+    await open(`#/runs/${runId}`)
+    const form = page.getByRole('form', { name: 'Input for node amount_in' })
+    await form.waitFor()
+    expect(await form.getByLabel('reason').evaluate((el) => (el as { tagName: string }).tagName)).toBe('SELECT')
+    await form.getByLabel('reason').selectOption('broken')
+    await form.getByLabel('amount').fill('0')
+    await form.getByRole('button', { name: 'Submit input' }).click()
+    // data.amount fails minimum: the message sits in the amount field, the run still waits.
+    const amountField = page.locator('.input-form .field', { has: page.getByLabel('amount') })
+    await amountField.locator('.field-error', { hasText: 'data.amount' }).waitFor()
+    expect((await world.call('GET', `/v1/runs/${runId}`)).body.waiting?.node).toBe('amount_in')
+    await form.getByLabel('amount').fill('12')
+    await form.getByRole('button', { name: 'Submit input' }).click()
+    await waitFor(async () => (await world.call('GET', `/v1/runs/${runId}`)).body.status === 'completed', { what: 'the run to complete' })
+    await waitFor(async () => (await page.locator('svg.run-graph g.gnode[data-node="end"]').getAttribute('data-state')) === 'completed', { what: 'the page to show the run done' })
+    // The failed submission was the API's 400 (logged by the browser); nothing else went wrong.
+    expect(problems.filter((p) => !p.includes('400'))).toEqual([])
+    problems.length = 0
+  }, 45_000)
+
+  test('with no schema the form is one JSON text area; the graph follows the run to its end', async () => {
+    const made = await world.call('POST', '/v1/workflows', {
+      workspace_id: world.workspaceId,
+      name: 'Any answer, then a pause',
+      graph: chain(
+        { id: 'start', type: 'start', config: {} },
+        { id: 'ask', type: 'human_input', config: { prompt: 'Anything to add?' } },
+        { id: 'pause', type: 'wait', config: { seconds: 1.5 } },
+        { id: 'end', type: 'end', config: { outputs: { done: 'yes' } } },
+      ),
+    })
+    expect(made.status).toBe(201)
+    const runId = (await world.call('POST', `/v1/workflows/${made.body.data.id}/runs?async=true`, { inputs: {} })).body.run_id as string
+    await waitFor(async () => (await world.call('GET', `/v1/runs/${runId}`)).body.waiting?.node === 'ask', { what: 'the run to wait for input' })
+    await open(`#/runs/${runId}`)
+    const form = page.getByRole('form', { name: 'Input for node ask' })
+    await form.waitFor()
+    expect(await form.locator('textarea').count()).toBe(1)
+    expect(await form.locator('input').count()).toBe(0)
+    await form.getByLabel('Data (JSON)').fill('not json')
+    await form.getByRole('button', { name: 'Submit input' }).click()
+    await form.locator('.field-error', { hasText: 'is not JSON' }).waitFor()
+    expect((await world.call('GET', `/v1/runs/${runId}`)).body.waiting?.node).toBe('ask')
+    await form.getByLabel('Data (JSON)').fill('{"note": "ship it"}')
+    await form.getByRole('button', { name: 'Submit input' }).click()
+    const state = (node: string) => page.locator(`svg.run-graph g.gnode[data-node="${node}"]`).getAttribute('data-state')
+    await waitFor(async () => (await state('end')) === 'completed', { timeoutMs: 15_000, what: 'the graph to reach the end node' })
+    expect(await state('pause')).toBe('completed')
+    await page.locator('.timeline li[data-event="done"]').waitFor()
+    expect((await world.call('GET', `/v1/runs/${runId}`)).body.outputs).toEqual({ done: 'yes' })
+    expect(problems).toEqual([])
+  }, 45_000)
+
+  test('a child run links to its parent, and run lists mark child runs', async () => {
+    const made = await world.call('POST', '/v1/workflows', {
+      workspace_id: world.workspaceId,
+      name: 'Greet through a child',
+      graph: chain(
+        { id: 'start', type: 'start', config: {} },
+        { id: 'child', type: 'sub_workflow', config: { workflow_id: world.quickWorkflowId, inputs: { name: 'Kid' } } },
+        { id: 'end', type: 'end', config: { outputs: { done: 'yes' } } },
+      ),
+    })
+    expect(made.status).toBe(201)
+    const parent = await world.call('POST', `/v1/workflows/${made.body.data.id}/runs`, { inputs: {} })
+    expect(parent.body.status).toBe('completed')
+    const children = (await world.call('GET', `/v1/workflows/${world.quickWorkflowId}/runs?limit=100`)).body.data.filter((r: { parent_run_id: string | null }) => r.parent_run_id === parent.body.run_id)
+    expect(children.length).toBe(1)
+    const childId = children[0].run_id as string
+
+    await open(`#/workflows/${world.quickWorkflowId}`)
+    const row = page.locator('tbody tr', { has: page.locator(`a[href="#/runs/${childId}"]`) })
+    await row.waitFor()
+    expect(await row.locator('.child-run').count()).toBe(1)
+    expect(await page.locator('tbody tr', { has: page.locator(`a[href="#/runs/${world.completedRunId}"]`) }).locator('.child-run').count()).toBe(0)
+
+    await open(`#/runs/${childId}`)
+    const up = page.getByRole('link', { name: parent.body.run_id })
+    await up.waitFor()
+    expect(await page.locator('dl.facts dt', { hasText: 'Parent run' }).count()).toBe(1)
+    await up.click()
+    await page.getByRole('heading', { name: `Run ${parent.body.run_id}` }).waitFor()
+    await waitFor(async () => (await page.locator('svg.run-graph g.gnode[data-node="child"]').getAttribute('data-state')) === 'completed', { what: 'the parent graph drawn' })
+    expect(await page.locator('dl.facts dt', { hasText: 'Parent run' }).count()).toBe(0)
+  }, 45_000)
+
+  test('the workflow page lists its triggers, or says the service has none (404)', async () => {
+    await open(`#/workflows/${world.quickWorkflowId}`)
+    const section = page.locator('section.triggers')
+    await section.waitFor()
+    const listed = (await world.call('GET', `/v1/workflows/${world.quickWorkflowId}/triggers`)).status
+    if (listed === 404) expect(await section.locator('.notice').textContent()).toContain('404')
+    // The API's shape (docs/api.md, "Triggers"), answered by the browser itself: the page draws it.
+    const pattern = `**/v1/workflows/${world.quickWorkflowId}/triggers`
+    await page.route(pattern, (route) => route.fulfill({
+      status: 200,
+      contentType: 'application/json',
+      body: JSON.stringify({
+        request_id: 'req_test',
+        data: [
+          { id: 'trg_schedule1', workflow_id: world.quickWorkflowId, type: 'schedule', enabled: true, cron: '0 9 * * 1-5', timezone: 'Europe/Paris', next_run_at: '2030-01-07T08:00:00Z', last_run_at: '2026-01-06T08:00:00Z', last_run_id: world.completedRunId, url: null, created_at: '2026-01-01T00:00:00Z' },
+          { id: 'trg_hook1', workflow_id: world.quickWorkflowId, type: 'webhook', enabled: false, cron: null, timezone: null, next_run_at: null, last_run_at: null, last_run_id: null, url: 'http://127.0.0.1:8080/v1/hooks/trg_hook1', created_at: '2026-01-01T00:00:00Z' },
+        ],
+      }),
+    }))
+    try {
+      await page.reload()
+      const rows = page.locator('table', { has: page.locator('caption', { hasText: 'Triggers of the workflow' }) }).locator('tbody tr')
+      await rows.first().waitFor()
+      expect(await rows.count()).toBe(2)
+      const schedule = await rows.nth(0).textContent()
+      expect(schedule).toContain('0 9 * * 1-5 (Europe/Paris)')
+      expect(schedule).toContain('enabled')
+      expect(await rows.nth(0).locator(`a[href="#/runs/${world.completedRunId}"]`).count()).toBe(1)
+      expect(await rows.nth(1).textContent()).toContain('disabled')
+      expect(await rows.nth(1).locator('code').textContent()).toBe('http://127.0.0.1:8080/v1/hooks/trg_hook1')
+    } finally {
+      await page.unroute(pattern)
+    }
+  }, 30_000)
 
   test('recent runs of every workflow on one page, filtered by status', async () => {
     await open('#/runs')

@@ -1,8 +1,10 @@
-import { api, listAll, query, stream } from '../api'
+import { api, ApiError, listAll, query, stream } from '../api'
 import { every, type PageContext } from '../context'
 import { actorDiagram } from '../diagram'
 import { runPath } from '../paths'
 import { action, badge, duration, facts, field, h, link, pre, put, table, when } from '../dom'
+import { drawRunGraph, type RunNodes } from '../graph'
+import { inputForm, type Waiting } from '../input-form'
 import { noWorkspace } from './shared'
 
 interface Workflow {
@@ -25,6 +27,8 @@ interface Run {
   user_id: string | null
   created_at: string
   finished_at: string | null
+  parent_run_id?: string | null
+  waiting?: Waiting | null
 }
 interface RunEvent {
   seq: number
@@ -34,6 +38,12 @@ interface RunEvent {
 }
 
 const STATUSES = ['running', 'completed', 'failed', 'cancelled'] as const
+
+/** A run's id linked to its page, marked when a sub_workflow or iteration node of another run started it. */
+const runLink = (r: Run) => [
+  link(`#/runs/${encodeURIComponent(r.run_id)}`, r.run_id),
+  r.parent_run_id ? [' ', h('span', { class: 'child-run', title: `Child run of ${r.parent_run_id}` }, 'child')] : null,
+]
 
 export async function workflowsPage(ctx: PageContext) {
   if (!ctx.workspaceId) return noWorkspace(ctx)
@@ -56,11 +66,48 @@ export async function workflowsPage(ctx: PageContext) {
     h('h2', null, 'Recent runs, every workflow'),
     filters,
     table('Recent runs across workflows, newest first', ['Run', 'Workflow', 'Status', 'Duration', 'Error', 'Started'],
-      recent.map((r) => [link(`#/runs/${encodeURIComponent(r.run_id)}`, r.run_id), link(`#/workflows/${encodeURIComponent(r.workflow_id)}`, names.get(r.workflow_id) ?? r.workflow_id), badge(r.status), duration(r.duration_ms), r.error ? `${r.error.code}: ${r.error.message}` : '', when(r.created_at)])),
+      recent.map((r) => [runLink(r), link(`#/workflows/${encodeURIComponent(r.workflow_id)}`, names.get(r.workflow_id) ?? r.workflow_id), badge(r.status), duration(r.duration_ms), r.error ? `${r.error.code}: ${r.error.message}` : '', when(r.created_at)])),
     h('h2', null, 'Workflows'),
     h('p', null, 'Choose a workflow to see all its runs or start one.'),
     table('Workflows of the workspace', ['Workflow', 'Version', 'Updated'], list.map((w) => [link(`#/workflows/${encodeURIComponent(w.id)}`, w.name), w.version, when(w.updated_at)])),
   )
+}
+
+/** GET /v1/workflows/{id}/triggers (docs/api.md, "Triggers"). */
+interface Trigger {
+  id: string
+  workflow_id: string
+  type: 'schedule' | 'webhook'
+  enabled: boolean
+  cron: string | null
+  timezone: string | null
+  next_run_at: string | null
+  last_run_at: string | null
+  last_run_id: string | null
+  url: string | null
+  created_at: string
+}
+
+/** The workflow's schedules and hooks; a service without triggers (404) gets a note, not a broken page. */
+async function triggersSection(path: string, signal: AbortSignal): Promise<HTMLElement> {
+  const title = h('h2', { id: 'triggers' }, 'Triggers')
+  let list: Trigger[]
+  try {
+    list = (await api<{ data: Trigger[] }>('GET', `${path}/triggers`, undefined, signal)).data
+  } catch (err) {
+    const why = err instanceof ApiError && err.status === 404 ? 'This service does not offer triggers (GET /v1/workflows/{id}/triggers answered 404).' : `Triggers unavailable: ${(err as Error).message}`
+    return h('section', { class: 'triggers', 'aria-labelledby': 'triggers' }, title, h('p', { class: 'notice' }, why))
+  }
+  return h('section', { class: 'triggers', 'aria-labelledby': 'triggers' }, title,
+    table('Triggers of the workflow', ['Trigger', 'Type', 'Schedule', 'Next run', 'Last run', 'Enabled', 'Hook URL'],
+      list.map((t) => [
+        t.id, t.type,
+        t.type === 'schedule' ? `${t.cron ?? '—'} (${t.timezone ?? 'UTC'})` : '—',
+        when(t.next_run_at),
+        t.last_run_id ? link(`#/runs/${encodeURIComponent(t.last_run_id)}`, when(t.last_run_at)) : when(t.last_run_at),
+        badge(t.enabled ? 'enabled' : 'disabled'),
+        t.type === 'webhook' && t.url ? h('code', null, t.url) : '—',
+      ]), 'none; a schedule or a hook is added through the API (POST /v1/workflows/{id}/triggers).'))
 }
 
 /** datetime-local (the browser's time zone) ↔ ISO 8601 UTC for the API's created_at filters. */
@@ -75,7 +122,10 @@ const toLocal = (iso: string | null) => {
 export async function workflowPage(ctx: PageContext) {
   const id = ctx.params[0]!
   const path = `/workflows/${encodeURIComponent(id)}`
-  const wf = (await api<{ data: Workflow }>('GET', path, undefined, ctx.signal)).data
+  const [wf, triggers] = await Promise.all([
+    api<{ data: Workflow }>('GET', path, undefined, ctx.signal).then((r) => r.data),
+    triggersSection(path, ctx.signal),
+  ])
   const status = h('select', null, h('option', { value: '' }, 'all'), STATUSES.map((s) => h('option', { value: s }, s)))
   status.value = ctx.query.get('status') ?? ''
   const after = h('input', { type: 'datetime-local', value: toLocal(ctx.query.get('created_at_after')) })
@@ -116,13 +166,15 @@ export async function workflowPage(ctx: PageContext) {
     const filter = { status: ctx.query.get('status') ?? undefined, created_at_after: ctx.query.get('created_at_after') ?? undefined, created_at_before: ctx.query.get('created_at_before') ?? undefined }
     const list = await listAll<Run>(`${path}/runs`, filter, ctx.signal, 200)
     put(runs, table('Runs, newest first', ['Run', 'Status', 'Version', 'Duration', 'Credits', 'User', 'Started'],
-      list.map((r) => [link(`#/runs/${encodeURIComponent(r.run_id)}`, r.run_id), badge(r.status), r.workflow_version, duration(r.duration_ms), r.usage.credits, r.user_id ?? '—', when(r.created_at)])))
+      list.map((r) => [runLink(r), badge(r.status), r.workflow_version, duration(r.duration_ms), r.usage.credits, r.user_id ?? '—', when(r.created_at)])))
     return list.some((r) => r.status === 'running')
   }
   put(ctx.main,
     h('p', { class: 'crumbs' }, link('#/runs', 'Runs'), ' / ', wf.name),
     h('h1', null, wf.name),
     h('details', null, h('summary', null, 'Start a run'), start),
+    triggers,
+    h('h2', null, 'Runs'),
     filters,
     runs,
   )
@@ -135,23 +187,57 @@ export async function runPage(ctx: PageContext) {
   const path = `/runs/${encodeURIComponent(id)}`
   const status = h('div', { class: 'status', role: 'status' })
   const info = h('div', { 'aria-live': 'polite' })
+  const waitingBox = h('div')
+  const graph = h('figure', { class: 'graph' }, h('p', { class: 'loading' }, 'Loading the graph…'))
   const diagram = actorDiagram('workflow-run')
   const timeline = h('ol', { class: 'timeline', 'aria-label': 'Run events' })
   const started = new Map<string, number>()
   let run: Run
+  let shownWaiting = ''
+
+  const showGraph = async () => {
+    try {
+      drawRunGraph(graph, await api<RunNodes>('GET', `${path}/nodes`, undefined, ctx.signal))
+    } catch (err) {
+      if (!ctx.signal.aborted) put(graph, h('p', { class: 'error', role: 'alert' }, `Graph unavailable: ${(err as Error).message}`))
+    }
+  }
+  // Events come in bursts (node_end, then the next node_start): one /nodes call per burst.
+  let pending: ReturnType<typeof setTimeout> | undefined
+  const refreshGraph = () => {
+    clearTimeout(pending)
+    pending = setTimeout(() => void (ctx.signal.aborted || showGraph()), 200)
+  }
+  ctx.signal.addEventListener('abort', () => clearTimeout(pending))
+
+  // The form is rebuilt only when another input is asked for, so a refresh never wipes what is typed.
+  const showWaiting = () => {
+    const w = run.status === 'running' ? run.waiting ?? null : null
+    const key = w ? `${w.node}|${w.since}` : ''
+    if (key === shownWaiting) return
+    shownWaiting = key
+    put(waitingBox, w ? inputForm(w, async (data) => {
+      run = await api<Run>('POST', `${path}/input`, { node: w.node, data }, ctx.signal)
+      put(status, `Input sent to ${w.node}.`)
+      await showRun()
+      refreshGraph()
+    }) : null)
+  }
 
   const showRun = async () => {
+    const before = run ? `${run.status}|${run.waiting?.node ?? ''}` : ''
     run = await api<Run>('GET', path, undefined, ctx.signal)
     put(info,
       facts([
         ['Status', badge(run.status)],
         ['Workflow', link(`#/workflows/${encodeURIComponent(run.workflow_id)}`, `${run.workflow_id} (version ${run.workflow_version})`)],
+        run.parent_run_id ? ['Parent run', link(`#/runs/${encodeURIComponent(run.parent_run_id)}`, run.parent_run_id)] : null,
         ['Started', when(run.created_at)],
         ['Finished', when(run.finished_at)],
         ['Duration', duration(run.duration_ms)],
         ['Usage', `${run.usage.tokens_in} tokens in, ${run.usage.tokens_out} out, ${run.usage.credits} credits`],
         ['Error', run.error ? `${run.error.code}: ${run.error.message}${run.error.node ? ` (node ${run.error.node})` : ''}` : '—'],
-      ]),
+      ].filter((pair): pair is [string, HTMLElement | string] => pair !== null)),
       h('div', { class: 'actions' },
         run.status === 'running'
           ? action('Cancel', async () => {
@@ -163,6 +249,9 @@ export async function runPage(ctx: PageContext) {
       ),
       h('details', null, h('summary', null, 'Inputs and outputs'), h('h3', null, 'Inputs'), pre(run.inputs), h('h3', null, 'Outputs'), pre(run.outputs)),
     )
+    showWaiting()
+    // A run that starts or stops waiting, or ends, may do so with no event the page saw (a time-out).
+    if (before && before !== `${run.status}|${run.waiting?.node ?? ''}`) refreshGraph()
     await diagram.show(runPath(run.status))
   }
 
@@ -186,11 +275,14 @@ export async function runPage(ctx: PageContext) {
     h('h1', null, `Run ${id}`),
     status,
     info,
+    waitingBox,
+    h('section', { 'aria-labelledby': 'gr' }, h('h2', { id: 'gr' }, 'Graph'), graph),
     h('div', { class: 'two' },
       h('section', { 'aria-labelledby': 'tl' }, h('h2', { id: 'tl' }, 'Event timeline'), timeline),
       h('section', { 'aria-labelledby': 'sm' }, h('h2', { id: 'sm' }, 'State machine'), diagram.figure),
     ),
   )
+  await showGraph()
   if (run!.status !== 'running') {
     const events = await api<{ data: RunEvent[] }>('GET', `${path}/events`, undefined, ctx.signal)
     for (const e of events.data) addEvent(e)
@@ -206,6 +298,7 @@ export async function runPage(ctx: PageContext) {
     try {
       await stream('GET', `${path}/events`, undefined, (event, data, eventId) => {
         if (eventId) lastId = eventId
+        if (event === 'node_start' || event === 'node_end' || event === 'done') refreshGraph()
         addEvent({ event, data: (data ?? {}) as Record<string, unknown> })
       }, ctx.signal, lastId ? { 'last-event-id': lastId } : {})
       break
@@ -214,5 +307,8 @@ export async function runPage(ctx: PageContext) {
       await new Promise((r) => setTimeout(r, 1000))
     }
   }
-  if (!ctx.signal.aborted) await showRun()
+  if (!ctx.signal.aborted) {
+    await showRun()
+    refreshGraph()
+  }
 }
