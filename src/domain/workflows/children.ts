@@ -4,7 +4,7 @@ import { newId } from '../../lib/ids'
 import { start } from '../../machines/runner'
 import { RUN_MACHINE_VERSION, runMachine } from '../../machines/workflow-run.machine'
 import * as runs from '../../store/runs'
-import { findWorkflow } from '../../store/workflows'
+import { findWorkflow, type WorkflowRow } from '../../store/workflows'
 import { abortedError } from './nodes/common'
 import { validateInputs } from './graph'
 import { CANCEL_CHANNEL, childrenChannel, commitRun, published } from './transitions'
@@ -106,7 +106,7 @@ export function childPort(deps: Deps, parent: runs.RunRow, idle: <T>(wait: Promi
   }
 }
 
-function startChild(deps: Deps, parent: runs.RunRow, node: GraphNode, wf: NonNullable<Awaited<ReturnType<typeof findWorkflow>>>, inputs: Record<string, unknown>, index: number | null) {
+function startChild(deps: Deps, parent: runs.RunRow, node: GraphNode, wf: WorkflowRow, inputs: Record<string, unknown>, index: number | null) {
   return runs.insertChildRun(deps.db.sql, {
     id: newId('run'),
     workflow_id: wf.id,
@@ -125,25 +125,33 @@ function startChild(deps: Deps, parent: runs.RunRow, node: GraphNode, wf: NonNul
 }
 
 /**
- * Cancels runs without a caller to check (a parent's decision): each still running is moved to
- * `cancelled` under its row lock, its worker told to abort, and its own children cancelled in turn.
+ * Moves one run to `cancelled` under its row lock (so its worker's next guarded write finds it
+ * cancelled), announces it, and tells its worker to abort the node in flight. Answers the run as
+ * cancelled, or as it was when it was not running (null when it is gone).
  */
+export async function cancelOne(deps: Deps, id: string): Promise<{ cancelled: boolean; row: runs.RunRow | null }> {
+  const outcome = await deps.db.sql.begin(async (tx) => {
+    const run = await runs.lockRun(tx, id).catch((err) => {
+      if (err instanceof AppError && err.code === 'not_found') return null
+      throw err
+    })
+    if (!run || run.status !== 'running') return { cancelled: false, row: run }
+    const saved = await commitRun(tx, run, [{ type: 'cancel.requested' }], { log: [] })
+    if (!saved) throw new Error(`run ${id} changed under its row lock`)
+    return { cancelled: true, row: saved }
+  })
+  if (outcome.cancelled) {
+    await published(deps.redis, outcome.row!)
+    await deps.redis.publish(CANCEL_CHANNEL, id).catch(() => {})
+  }
+  return outcome
+}
+
+/** Cancels runs without a caller to check (a parent's decision), and the runs each of them started in turn. */
 export async function cancelRuns(deps: Deps, ids: string[]): Promise<void> {
   const all = [...ids]
   for (const id of ids) all.push(...(await runs.runningDescendants(deps.db.sql, id)))
-  for (const id of new Set(all)) {
-    const row = await deps.db.sql.begin(async (tx) => {
-      const run = await runs.lockRun(tx, id).catch((err) => {
-        if (err instanceof AppError && err.code === 'not_found') return null
-        throw err
-      })
-      if (!run || run.status !== 'running') return null
-      return commitRun(tx, run, [{ type: 'cancel.requested' }], { log: [] })
-    })
-    if (!row) continue
-    await published(deps.redis, row)
-    await deps.redis.publish(CANCEL_CHANNEL, id).catch(() => {})
-  }
+  for (const id of new Set(all)) await cancelOne(deps, id)
   if (all.length > 0) deps.events.nudge()
 }
 

@@ -11,8 +11,8 @@ import { validateInputs } from './graph'
 import { loadWorkflow } from './service'
 import { findWorkflow, getWorkflowVersion, type WorkflowRow } from '../../store/workflows'
 import type { Graph } from './types'
-import { CANCEL_CHANNEL, commitRun, parseRunMessage, published, RUN_TIMER, runChannel } from './transitions'
-import { cancelDescendants } from './children'
+import { commitRun, parseRunMessage, published, RUN_TIMER, runChannel } from './transitions'
+import { cancelDescendants, cancelOne } from './children'
 import { schemaErrors } from '../../lib/json-schema'
 import { loadRow } from '../../machines/definition'
 
@@ -78,19 +78,12 @@ export async function cancelRun(deps: Deps, caller: Caller, runId: string): Prom
   if (only !== null && found.user_id !== only) {
     throw new AppError('forbidden', `below the developer role a key cancels only its own user_id's runs; run ${runId} is ${found.user_id}'s`)
   }
-  const row = await deps.db.sql.begin(async (tx) => {
-    const run = await runs.lockRun(tx, runId)
-    if (run.status !== 'running') throw new AppError('run_not_running', `run ${runId} is ${run.status}; only a running run can be cancelled`)
-    const saved = await commitRun(tx, run, [{ type: 'cancel.requested' }], { log: [] })
-    if (!saved) throw new Error(`run ${runId} changed under its row lock`)
-    return saved
-  })
-  await published(deps.redis, row)
-  await deps.redis.publish(CANCEL_CHANNEL, runId).catch(() => {})
+  const { cancelled, row } = await cancelOne(deps, runId)
+  if (!cancelled) throw new AppError('run_not_running', `run ${runId} is ${row?.status ?? 'gone'}; only a running run can be cancelled`)
   // The runs it started (sub_workflow, iteration) and theirs are cancelled with it.
   await cancelDescendants(deps, runId)
   deps.events.nudge()
-  return row
+  return row!
 }
 
 /**

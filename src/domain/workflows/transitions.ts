@@ -57,7 +57,8 @@ export const runIO: MachineIO<runs.RunRow, RunContext, RunEvent, RunExtra> = {
     const guard = { id: run.id, next_seq: run.next_seq, owner }
     const snapshot = next === run.snapshot ? undefined : next
     const waiting = status === 'running' ? waitingOf(ctx) : null
-    const changed = JSON.stringify(waiting) !== JSON.stringify(run.waiting ?? null) ? { waiting } : {}
+    // Most transitions neither start nor end a wait: compare only when one of the two holds one.
+    const changed = (waiting !== null || run.waiting) && JSON.stringify(waiting) !== JSON.stringify(run.waiting ?? null) ? { waiting } : {}
     const asked = snapshot ? inputsAsked(run.snapshot.context, ctx).map((node) => ({ type: 'workflow.run.waiting', data: waitingAnnouncement(run, node, ctx) })) : []
     if (status === 'running') return runs.writeTransition(sql, guard, { status, snapshot, usage, wake, ...changed }, log, asked)
     const done: Record<string, unknown> = { status, outputs: ctx.outputs ?? {} }
