@@ -2,7 +2,7 @@ import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps'
 import * as agents from '../domain/agents/service'
 import * as conversations from '../domain/agents/conversations'
-import { prepareTurn, type Turn, type TurnEvent } from '../domain/agents/chat'
+import { prepareTurn, turnEvents, type Turn } from '../domain/agents/chat'
 import { resolveWorkspaceId } from '../domain/workspaces'
 import { AppError } from '../lib/errors'
 import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
@@ -29,34 +29,9 @@ const tags = ['agents']
 
 /** The turn's events as SSE, in order; an `error` event ends a turn that failed after the first byte. */
 async function* turnStream(deps: Deps, turn: Turn, requestId: string, abort: AbortController, outcome: { failed: boolean }): AsyncGenerator<SseEvent> {
-  const queue: TurnEvent[] = []
-  let wake: (() => void) | null = null
-  let finished = false
-  let failure: unknown = null
-  void turn
-    .run((e) => {
-      queue.push(e)
-      wake?.()
-    }, abort.signal)
-    .then(
-      () => (finished = true),
-      (err) => {
-        failure = err
-        finished = true
-      },
-    )
-    .finally(() => wake?.())
-  for (;;) {
-    const next = queue.shift()
-    if (next) {
-      yield { event: next.event, data: JSON.stringify(next.data) }
-      continue
-    }
-    if (finished) break
-    await new Promise<void>((resolve) => (wake = resolve))
-    wake = null
-  }
-  if (failure) {
+  try {
+    for await (const e of turnEvents(turn, abort.signal)) yield { event: e.event, data: JSON.stringify(e.data) }
+  } catch (failure) {
     outcome.failed = true
     // An AppError is the client's to read; anything else is a bug, logged with the request's id.
     if (!(failure instanceof AppError) && !abort.signal.aborted) deps.log.error({ request_id: requestId, err: failure }, 'a streamed chat turn failed')

@@ -35,7 +35,7 @@ const Tool = t.Object({
 })
 
 const chatFields = {
-  model: ModelId,
+  model: t.String({ minLength: 1, maxLength: 128, description: 'An llm of GET /v1/models, or agent:<agent id> for a turn of that agent (docs/agents.md, "Agents from any OpenAI client")', examples: ['local-chat'] }),
   messages: t.Array(Message, { minItems: 1, maxItems: 10_000 }),
   temperature: t.Optional(t.Number({ minimum: 0, maximum: 2 })),
   max_tokens: t.Optional(t.Integer({ minimum: 1, maximum: 1_000_000 })),

@@ -12,6 +12,8 @@ import {
   ChatBody, ChatCompletionView, EmbeddingsBody, EmbeddingsView, ModelView, OpenAIChatBody, OpenAIEmbeddingsBody, RerankBody, RerankView,
   toMessages, toModel,
 } from './models.model'
+import { agentIdOf } from '../domain/agents/completions'
+import { agentCompletion } from './agent-completions'
 import { authenticated } from './plugins/auth'
 import { errorEvent, sseResponse, type SseEvent } from './plugins/sse'
 
@@ -65,7 +67,13 @@ export function modelRoutes(deps: Deps) {
   }
 
   /** Typed as the JSON answer for the schema; with `stream: true` it is the SSE Response itself. */
-  async function chat(caller: Caller, requestId: string, body: ChatInput, workspace: string | undefined, header: string | undefined, request: Request, set: { headers: Record<string, string | number> }, route: string, includeUsageDefault: boolean): Promise<typeof ChatCompletionView.static> {
+  async function chat(caller: Caller, requestId: string, body: ChatInput, workspace: string | undefined, header: string | undefined, request: Request, set: { headers: Record<string, string | number> }, route: string, includeUsageDefault: boolean, headers: Record<string, string | undefined>): Promise<typeof ChatCompletionView.static> {
+    const agentId = agentIdOf(body.model)
+    if (agentId !== null) {
+      const agentBody = { ...body, messages: toMessages(body.messages), workspace_id: workspace }
+      // Cast: a stream is the SSE Response itself (see below).
+      return agentCompletion(deps, { caller, requestId, agentId, model: body.model, body: agentBody, headers: { ...headers, 'x-workspace-id': header }, request, set, route, includeUsageDefault }) as never
+    }
     const model = gateway.model(body.model, 'llm')
     const ctx = await context(caller, requestId, workspace, header)
     const req = chatRequest(body)
@@ -123,7 +131,7 @@ export function modelRoutes(deps: Deps) {
       detail: { tags, summary: 'Get one model of the catalogue (the OpenAI SDK\'s models.retrieve)' },
     })
     .post('/models/llm/chat', ({ caller, requestId, body, headers, request, set, route }) =>
-      chat(caller, requestId, body, body.workspace_id, headers['x-workspace-id'], request, set, route, true), {
+      chat(caller, requestId, body, body.workspace_id, headers['x-workspace-id'], request, set, route, true, headers), {
       body: ChatBody,
       parse: 'json',
       response: { 200: ChatCompletionView, ...errors(402, 403, 404, 502, 504) },
@@ -152,12 +160,17 @@ export function modelRoutes(deps: Deps) {
     .post('/chat/completions', ({ caller, requestId, body, headers, request, set, route }) => {
       checkChatParams(body)
       const input = body.max_completion_tokens !== undefined && body.max_tokens === undefined ? { ...body, max_tokens: body.max_completion_tokens } : body
-      return chat(caller, requestId, input, body.workspace_id, headers['x-workspace-id'], request, set, route, false)
+      return chat(caller, requestId, input, body.workspace_id, headers['x-workspace-id'], request, set, route, false, headers)
     }, {
       body: OpenAIChatBody,
       parse: 'json',
       response: { 200: ChatCompletionView, ...errors(402, 403, 404, 502, 504) },
-      detail: { tags: ['openai'], summary: 'OpenAI drop-in: chat completions (the official SDK works with baseURL set to /v1)' },
+      detail: {
+        tags: ['openai'],
+        summary: 'OpenAI drop-in: chat completions (the official SDK works with baseURL set to /v1)',
+        description: 'model "agent:<agent id>" runs a turn of that agent: the last message is the user\'s, the X-Conversation-Id request header continues a conversation and the response header names it, user is the user_id (docs/agents.md, "Agents from any OpenAI client").',
+        parameters: [{ name: 'X-Conversation-Id', in: 'header', required: false, schema: { type: 'string' }, description: 'With model agent:<id>: the conversation to continue (answered in the response header of the same name)' }],
+      },
     })
     .post('/embeddings', async ({ caller, requestId, body, headers, request }) => {
       const input = typeof body.input === 'string' ? [body.input] : body.input

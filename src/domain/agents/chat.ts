@@ -1,5 +1,5 @@
 import type { Deps } from '../../deps'
-import { AppError, notFound } from '../../lib/errors'
+import { AppError, invalid, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { countChatTokens, countTokens } from '../../lib/tokens'
 import * as store from '../../store/agents'
@@ -21,6 +21,23 @@ export interface ChatInput {
   user_id: string
   conversation_id?: string
   inputs?: Record<string, unknown>
+  /**
+   * Earlier turns the client holds itself (the OpenAI drop-in without X-Conversation-Id): the history
+   * of a new conversation's first turn, not stored. Ignored when `conversation_id` continues one.
+   */
+  history?: HistoryMessage[]
+  /** The workspace the client named (the OpenAI drop-in's workspace_id / X-Workspace-Id): an agent of another is not found. */
+  workspace_id?: string
+  /** The client's sampling parameters, passed to each model round of an `agent` (the OpenAI drop-in). */
+  sampling?: Sampling
+}
+
+export type HistoryMessage = Pick<store.MessageRow, 'role' | 'content'>
+export interface Sampling {
+  temperature?: number
+  max_tokens?: number
+  top_p?: number
+  stop?: string | string[]
 }
 
 /** What a turn tells its stream, in the order it happens (docs/agents.md, "A turn"). */
@@ -67,9 +84,14 @@ export async function prepareTurn(deps: Deps, caller: Caller, agentId: string, i
   const { row: agent, role } = await loadOwnedWithRole(sql, caller, 'agent', agentId, 'use', store.findAgent)
   // Below developer, a caller's conversations are those of its own user_id.
   const ownOnly = onlyUserOf(caller, role) !== null
+  if (input.workspace_id !== undefined && input.workspace_id !== agent.workspace_id) throw notFound('agent', agentId)
   if (agent.status !== 'active') throw new AppError('conflict', `agent ${agent.id} is ${agent.status}; set its status to active to chat with it`)
   let chatflowInputs: Record<string, unknown> | null = null
-  if (agent.type === 'chatflow') chatflowInputs = await checkChatflowInputs(deps, agent, input)
+  if (agent.type === 'chatflow') {
+    const sampling = Object.entries(input.sampling ?? {}).find(([, v]) => v !== undefined)
+    if (sampling) throw invalid(sampling[0], `chatflow agent ${agent.id} answers with its workflow, whose nodes choose their own ${sampling[0]}; leave it out`)
+    chatflowInputs = await checkChatflowInputs(deps, agent, input)
+  }
   else deps.models.model(agent.model, 'llm')
   await checkBudget(sql, agent.workspace_id)
 
@@ -84,7 +106,7 @@ export async function prepareTurn(deps: Deps, caller: Caller, agentId: string, i
   if (ownOnly && input.user_id !== caller.userId) {
     throw new AppError('forbidden', `below the developer role a key chats as its own user_id (${caller.userId}), not ${input.user_id}`, { param: 'user_id' })
   }
-  const history = existing ? await store.recentMessages(sql, existing.id, HISTORY_LIMIT) : []
+  const history: HistoryMessage[] = existing ? await store.recentMessages(sql, existing.id, HISTORY_LIMIT) : (input.history ?? []).slice(-HISTORY_LIMIT)
   const userMessageId = newId('msg')
   const conversation = await sql.begin(async (tx) => {
     const conv = existing ?? (await store.insertConversation(tx, { id: newId('conv'), agent_id: agent.id, workspace_id: agent.workspace_id, user_id: input.user_id, title: titleOf(input.message) }))
@@ -135,7 +157,7 @@ class TurnRunner {
     private readonly agent: store.AgentRow,
     private readonly conversation: store.ConversationRow,
     private readonly input: ChatInput,
-    private readonly history: store.MessageRow[],
+    private readonly history: HistoryMessage[],
     private readonly requestId: string,
     private readonly onEvent: (e: TurnEvent) => void,
     private readonly signal: AbortSignal,
@@ -219,7 +241,7 @@ class TurnRunner {
 
   /** One model round, streamed or not; content deltas go to the stream as they come. */
   private async callModel(ctx: CallContext, model: ReturnType<Deps['models']['model']>, messages: ChatMessage[], tools: ToolDefinition[]) {
-    const req = { messages, ...(tools.length > 0 ? { tools } : {}), user: this.input.user_id }
+    const req = { messages, ...(tools.length > 0 ? { tools } : {}), user: this.input.user_id, ...this.input.sampling }
     let content = ''
     const calls: { id: string; name: string; arguments: string }[] = []
     let finish: FinishReason | null = null
@@ -329,7 +351,7 @@ function answerOf(outputs: Record<string, unknown>): string {
  * message and room for the answer; older turns go first. Only the text of each message is replayed
  * (tool calls of earlier turns are not).
  */
-export function trimHistory(history: store.MessageRow[], contextLength: number | undefined, system: ChatMessage | null, tools: ToolDefinition[], message: string): ChatMessage[] {
+export function trimHistory(history: HistoryMessage[], contextLength: number | undefined, system: ChatMessage | null, tools: ToolDefinition[], message: string): ChatMessage[] {
   const limit = contextLength ?? 8192
   let used = countChatTokens([...(system ? [system] : []), { role: 'user', content: message }]) + (tools.length ? countTokens(JSON.stringify(tools)) : 0) + Math.min(ANSWER_RESERVE_TOKENS, Math.floor(limit / 4))
   const kept: ChatMessage[] = []
@@ -341,4 +363,38 @@ export function trimHistory(history: store.MessageRow[], contextLength: number |
     kept.push({ role: m.role, content: m.content })
   }
   return kept.reverse()
+}
+
+/**
+ * A turn's events as an async iterator, in order, ending when the turn does (its failure is thrown
+ * after the events that came before it). `run` starts on the first `next()`.
+ */
+export async function* turnEvents(turn: Turn, signal: AbortSignal): AsyncGenerator<TurnEvent, TurnResult> {
+  const queue: TurnEvent[] = []
+  let wake: (() => void) | null = null
+  const state: { outcome: { ok: true; result: TurnResult } | { ok: false; error: unknown } | null } = { outcome: null }
+  void turn
+    .run((e) => {
+      queue.push(e)
+      wake?.()
+    }, signal)
+    .then(
+      (result) => (state.outcome = { ok: true, result }),
+      (error) => (state.outcome = { ok: false, error }),
+    )
+    .finally(() => wake?.())
+  for (;;) {
+    const next = queue.shift()
+    if (next) {
+      yield next
+      continue
+    }
+    const done = state.outcome
+    if (done) {
+      if (!done.ok) throw done.error
+      return done.result
+    }
+    await new Promise<void>((resolve) => (wake = resolve))
+    wake = null
+  }
 }
