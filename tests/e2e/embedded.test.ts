@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createCertificate, type Certificate } from '../helpers/certificate'
 import { waitFor } from '../helpers/harness'
-import { EMBEDDED, killAll, runToExit, spawnService, type ServiceProcess } from '../helpers/process'
+import { apiCall, EMBEDDED, killAll, runToExit, spawnService, type ServiceProcess } from '../helpers/process'
 
 /**
  * The embedded default end to end, always (even in CI, where DATABASE_URL and REDIS_URL are set):
@@ -41,22 +41,7 @@ function start(env: Record<string, string | undefined> = {}, https = false): Ser
 }
 
 async function call(sp: ServiceProcess, method: string, path: string, opts: { key?: string | null; body?: unknown } = {}) {
-  const key = opts.key === undefined ? rootKey : opts.key
-  const headers: Record<string, string> = {}
-  if (key) headers.authorization = `Bearer ${key}`
-  if (opts.body !== undefined) headers['content-type'] = 'application/json'
-  const res = await fetch(sp.url + path, {
-    method,
-    headers,
-    body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
-    tls: { rejectUnauthorized: false },
-  })
-  const text = await res.text()
-  let body: any = text
-  try {
-    body = JSON.parse(text)
-  } catch {}
-  return { status: res.status, headers: res.headers, body }
+  return apiCall(sp, opts.key === undefined ? rootKey : opts.key, method, path, opts.body)
 }
 
 async function workspaceNames(sp: ServiceProcess): Promise<string[]> {

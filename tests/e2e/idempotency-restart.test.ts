@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { EMBEDDED, killAll, spawnService, type ServiceProcess } from '../helpers/process'
+import { EMBEDDED, fetchService, killAll, spawnService, type ServiceProcess } from '../helpers/process'
 
 /**
  * The 24 h replay window holds across a restart of the embedded default (`bun run src/main.ts`, no
@@ -31,17 +31,17 @@ async function start(): Promise<ServiceProcess> {
 }
 
 async function post(sp: ServiceProcess, path: string, body: unknown, idempotencyKey: string) {
-  const res = await fetch(sp.url + path, {
+  const { res, text } = await fetchService(sp, path, {
     method: 'POST',
     headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
     body: JSON.stringify(body),
   })
-  return { status: res.status, headers: res.headers, text: await res.text() }
+  return { status: res.status, headers: res.headers, text }
 }
 
 async function workspacesNamed(sp: ServiceProcess, name: string): Promise<number> {
-  const res = await fetch(`${sp.url}/v1/workspaces?limit=100`, { headers: { authorization: `Bearer ${KEY}` } })
-  const page = (await res.json()) as { data: { name: string }[] }
+  const { text } = await fetchService(sp, '/v1/workspaces?limit=100', { headers: { authorization: `Bearer ${KEY}` } })
+  const page = JSON.parse(text) as { data: { name: string }[] }
   return page.data.filter((w) => w.name === name).length
 }
 

@@ -130,16 +130,30 @@ export function spawnService(opts: SpawnOptions = {}): ServiceProcess {
   })
 }
 
+const API_CALL_TIMEOUT_MS = 15_000
+
+/**
+ * `fetch` to a service subprocess with a time-out: a service that stops answering fails the test at
+ * once with what it printed, instead of hanging until the test's own time-out says nothing.
+ */
+export async function fetchService(sp: { url: string; output?: () => string }, path: string, init: RequestInit = {}): Promise<{ res: Response; text: string }> {
+  try {
+    const res = await fetch(sp.url + path, { tls: { rejectUnauthorized: false }, ...init, signal: AbortSignal.timeout(API_CALL_TIMEOUT_MS) } as RequestInit)
+    return { res, text: await res.text() }
+  } catch (err) {
+    throw new Error(`${init.method ?? 'GET'} ${path} got no complete answer within ${API_CALL_TIMEOUT_MS} ms (${(err as Error).message})${sp.output ? `\n--- output ---\n${sp.output()}` : ''}`)
+  }
+}
+
 /**
  * A request to a service subprocess with `Authorization: Bearer <key>` (none when `key` is null),
  * `body` sent as JSON; the answer's body parsed as JSON when it is JSON, else the text.
  */
-export async function apiCall(sp: { url: string }, key: string | null, method: string, path: string, body?: unknown): Promise<{ status: number; headers: Headers; body: any }> {
+export async function apiCall(sp: { url: string; output?: () => string }, key: string | null, method: string, path: string, body?: unknown): Promise<{ status: number; headers: Headers; body: any }> {
   const headers: Record<string, string> = {}
   if (key !== null) headers.authorization = `Bearer ${key}`
   if (body !== undefined) headers['content-type'] = 'application/json'
-  const res = await fetch(sp.url + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), tls: { rejectUnauthorized: false } })
-  const text = await res.text()
+  const { res, text } = await fetchService(sp, path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) })
   let parsed: any = text
   try {
     parsed = JSON.parse(text)
