@@ -1,5 +1,6 @@
 import { invalid } from '../lib/errors'
 import type { Pool as Sql } from '../store/db'
+import { findAgent, type AgentRow } from '../store/agents'
 import { findKnowledgeBase, type KnowledgeBaseRow } from '../store/knowledge'
 import { findWorkflow, type WorkflowRow } from '../store/workflows'
 
@@ -19,4 +20,24 @@ export async function workflowIn(sql: Sql, workspaceId: string, id: string, para
   const wf = await findWorkflow(sql, id)
   if (!wf || wf.workspace_id !== workspaceId) throw invalid(param, `workflow ${id} not found in workspace ${workspaceId}`)
   return wf
+}
+
+/**
+ * The agent of a workflow's `agent` node: an `agent` of the workspace (a chatflow answers with a
+ * workflow: sub_workflow runs that), without `workflow` tools, whose runs would start outside the
+ * run's children and escape its depth limit (docs/workflows.md, "agent").
+ */
+export async function agentNodeTarget(sql: Sql, workspaceId: string, id: string, param: string): Promise<AgentRow> {
+  const agent = await findAgent(sql, id)
+  if (!agent || agent.workspace_id !== workspaceId) throw invalid(param, `agent ${id} not found in workspace ${workspaceId}`)
+  const problem = agentNodeProblem(agent)
+  if (problem) throw invalid(param, problem)
+  return agent
+}
+
+/** Why an agent cannot answer an `agent` node, or null. */
+export function agentNodeProblem(agent: AgentRow): string | null {
+  if (agent.type !== 'agent') return `agent ${agent.id} is a chatflow; a sub_workflow node runs its workflow`
+  if (agent.tools.some((t) => t.type === 'workflow')) return `agent ${agent.id} has workflow tools, whose runs would escape this run's depth limit; use sub_workflow nodes for workflows`
+  return null
 }

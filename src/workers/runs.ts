@@ -4,6 +4,7 @@ import { executors } from '../domain/workflows/nodes'
 import { inputSpec } from '../domain/workflows/graph'
 import { plan } from '../domain/workflows/plan'
 import { CANCEL_CHANNEL, commitRun, published, RUN_TIMER, RunNotRunning, type LogEvent } from '../domain/workflows/transitions'
+import { agentPort } from '../domain/agents/node-port'
 import { cancelDescendants, childPort } from '../domain/workflows/children'
 import { renderText } from '../domain/workflows/templates'
 import { ERROR_HANDLE, NodeError, type ChildPort, type Graph, type GraphNode, type NodeResult, type Variables } from '../domain/workflows/types'
@@ -301,6 +302,7 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
         call: { workspaceId: run.workspace_id, requestId: run.request_id ?? run.id },
         knowledge: { search: (ids, input, signal) => searchBases(this.deps, run.workspace_id, ids, input, { workspaceId: run.workspace_id, requestId: run.request_id ?? run.id }, signal) },
         children,
+        agents: agentPort(this.deps, run),
         delta: (text: string) => {
           pending += text
           if (Date.now() - flushAt >= DELTA_FLUSH_MS) {
@@ -346,7 +348,7 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
 const HELD = new Set(['wait', 'human_input'])
 
 /** Failures that another attempt cannot change: the node's own configuration, its inputs, the engine's limits. */
-const FINAL_CODES = new Set(['invalid_config', 'invalid_input', 'template_error', 'expression_error', 'max_depth_exceeded', 'too_many_items', 'input_timeout', 'ssrf_refused', 'budget_exceeded', 'model_not_found'])
+const FINAL_CODES = new Set(['invalid_config', 'invalid_input', 'template_error', 'expression_error', 'max_depth_exceeded', 'too_many_items', 'input_timeout', 'ssrf_refused', 'budget_exceeded', 'model_not_found', 'agent_not_found'])
 const retryable = (code: string) => !FINAL_CODES.has(code)
 
 /** A node's last attempt failed: by its on_error, the run fails, goes on with the error as the output, or takes the error edges. */

@@ -292,6 +292,16 @@ export const NODE_SPECS: Record<NodeType, NodeSpec> = {
     },
     templates: (cfg) => [[['prompt'], cfg.prompt as string]],
   },
+  agent: {
+    keys: ['agent_id', 'message', 'user_id', 'conversation_id'],
+    check(cfg, report) {
+      str(cfg, 'agent_id', report, { nonEmpty: true })
+      str(cfg, 'message', report, { nonEmpty: true })
+      str(cfg, 'user_id', report, { optional: true, nonEmpty: true })
+      str(cfg, 'conversation_id', report, { optional: true, nonEmpty: true })
+    },
+    templates: (cfg) => (['message', 'user_id', 'conversation_id'] as const).filter((k) => typeof cfg[k] === 'string').map((k) => [[k], cfg[k] as string]),
+  },
   end: {
     keys: ['outputs'],
     check: (cfg, report) => stringRecord(cfg, 'outputs', report, false),

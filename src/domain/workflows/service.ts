@@ -4,7 +4,7 @@ import type { Pool } from '../../store/db'
 import * as store from '../../store/workflows'
 import type { Action, Caller } from '../access'
 import { access, listScope, loadOwned } from '../workspaces'
-import { knowledgeBaseIn, workflowIn } from '../references'
+import { agentNodeTarget, knowledgeBaseIn, workflowIn } from '../references'
 import { AppError } from '../../lib/errors'
 import { validateGraph } from './graph'
 import type { Graph, NodeType } from './types'
@@ -72,6 +72,7 @@ const REFERENCES: Partial<Record<NodeType, { key: string; check: CheckIn }[]>> =
   knowledge_retrieval: [{ key: 'knowledge_base_ids', check: knowledgeBaseIn }],
   sub_workflow: [{ key: 'workflow_id', check: workflowIn }],
   iteration: [{ key: 'workflow_id', check: workflowIn }],
+  agent: [{ key: 'agent_id', check: agentNodeTarget }],
 }
 
 /**

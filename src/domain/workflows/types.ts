@@ -34,7 +34,7 @@ export interface Graph {
 }
 
 export const NODE_TYPES = [
-  'start', 'llm', 'template', 'condition', 'code', 'http_request', 'knowledge_retrieval', 'wait', 'sub_workflow', 'iteration', 'human_input', 'end',
+  'start', 'llm', 'template', 'condition', 'code', 'http_request', 'knowledge_retrieval', 'wait', 'sub_workflow', 'iteration', 'human_input', 'agent', 'end',
 ] as const
 export type NodeType = (typeof NODE_TYPES)[number]
 
@@ -71,6 +71,30 @@ export interface NodeContext {
   knowledge: KnowledgePort
   /** sub_workflow and iteration: runs of another workflow started by this node (absent where nodes run without a run, in tests of one executor). */
   children?: ChildPort
+  /** agent: a turn of an agent of the run's workspace (absent where nodes run without a run). */
+  agents?: AgentPort
+}
+
+export interface AgentTurnInput {
+  agentId: string
+  message: string
+  /** The conversation's user_id; the run's own user_id when left out. */
+  userId?: string
+  conversationId?: string
+}
+
+export interface AgentTurnEnd {
+  text: string
+  conversation_id: string
+  message_id: string
+  tool_calls: { tool: string; input: Record<string, unknown>; output: Record<string, unknown>; duration_ms: number }[]
+  usage: NodeUsage
+  finish_reason: string
+}
+
+export interface AgentPort {
+  /** One turn of the agent; its answer's deltas go to `delta` as they come. Failures are NodeErrors. */
+  turn(input: AgentTurnInput, delta: (text: string) => void, signal: AbortSignal): Promise<AgentTurnEnd>
 }
 
 /** How a child run ended. */

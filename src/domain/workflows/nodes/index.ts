@@ -9,6 +9,7 @@ import { start } from './start'
 import { template } from './template'
 import { iteration, subWorkflow } from './children'
 import { humanInput, wait } from './wait'
+import { agent } from './agent'
 
 /** One executor per node type (docs/workflows.md, "Node types"). `wait` and `human_input` are held by the engine (a durable timer, a person's input), not executed. */
 export const executors: Record<NodeType, Executor> = {
@@ -23,6 +24,7 @@ export const executors: Record<NodeType, Executor> = {
   sub_workflow: subWorkflow,
   iteration,
   human_input: humanInput,
+  agent,
   end,
 }
 
