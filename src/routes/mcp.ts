@@ -1,4 +1,4 @@
-import { Elysia, t } from 'elysia'
+import { Elysia } from 'elysia'
 import type { Deps } from '../deps'
 import { prepareTurn } from '../domain/agents/chat'
 import * as agents from '../domain/agents/service'
@@ -146,7 +146,7 @@ export function mcpRoutes(deps: Deps) {
     }, {
       body: JsonRpcMessage,
       parse: 'json',
-      response: { 200: JsonRpcAnswer, 202: t.Null({ description: 'A notification (or a response) accepted: no body' }), ...errors(405, 413) },
+      response: { 200: JsonRpcAnswer, ...errors(405, 413) },
       detail: {
         tags: ['mcp'],
         summary: 'The service as an MCP server: JSON-RPC over Streamable HTTP (stateless, JSON answers)',
@@ -154,7 +154,7 @@ export function mcpRoutes(deps: Deps) {
           'Model Context Protocol (protocol versions up to 2025-11-25) for MCP clients (Claude Desktop, Cursor, the MCP Inspector, the official SDKs): initialize, tools/list, tools/call, ping. ' +
           'Tools: search_knowledge, run_workflow, chat_with_agent, list_resources, each with the roles and answers of its REST route. ' +
           'A refusal (not found, forbidden, bad arguments, budget) is a tool result with isError: true and the REST error body as structuredContent; an unknown tool is JSON-RPC error -32602. ' +
-          'run_workflow and chat_with_agent are idempotent per API key, Mcp-Session-Id and JSON-RPC id for 24 h. GET and DELETE answer 405 (Allow: POST). See docs/mcp.md.',
+          'run_workflow and chat_with_agent are idempotent per API key, Mcp-Session-Id and JSON-RPC id for 24 h. A notification is answered 202 with no body. GET and DELETE answer 405 (Allow: POST). See docs/mcp.md.',
       },
     })
 }
