@@ -40,7 +40,7 @@ export const JsonRpcAnswer = t.Object(
     jsonrpc: t.Literal('2.0'),
     id: t.Union([JsonRpcId, t.Null()]),
     result: t.Optional(t.Record(t.String(), t.Unknown(), { description: 'tools/call: { content, structuredContent, isError? }; a failed tool call is a result with isError: true' })),
-    error: t.Optional(t.Object({ code: t.Integer({ description: '-32602: unknown tool; -32601: unknown method; -32603: internal error' }), message: t.String(), data: t.Optional(t.Unknown()) })),
+    error: t.Optional(t.Object({ code: t.Integer({ description: '-32602: unknown tool; -32601: unknown method' }), message: t.String(), data: t.Optional(t.Unknown()) })),
   },
   {
     description: 'The JSON-RPC answer (application/json; never a stream)',

@@ -5,7 +5,7 @@ import * as agents from '../domain/agents/service'
 import { prepareAudit, recordAudit } from '../domain/audit'
 import * as bases from '../domain/knowledge/bases'
 import { searchKnowledgeBase } from '../domain/knowledge/search'
-import { handleMcpRequest, type McpTool, type ToolContext } from '../domain/mcp/server'
+import { handleMcpRequest, type McpCall, type McpTool, type ToolContext } from '../domain/mcp/server'
 import * as runs from '../domain/workflows/runs'
 import * as workflows from '../domain/workflows/service'
 import { AppError, invalid, type ErrorCode } from '../lib/errors'
@@ -132,7 +132,9 @@ export function mcpRoutes(deps: Deps) {
       const sessionHeader = headers['mcp-session-id']
       if (sessionHeader !== undefined && !SESSION.test(sessionHeader)) throw invalid('Mcp-Session-Id', 'must be 1-128 visible ASCII characters')
       const ctx: ToolContext = { deps, caller, requestId, workspaceHeader: headers['x-workspace-id'], signal: request.signal }
-      const answer = await handleMcpRequest(TOOLS, { ctx, session: sessionHeader ?? null }, forTransport(request), body)
+      const call: McpCall = { ctx, session: sessionHeader ?? null }
+      const answer = await handleMcpRequest(TOOLS, call, forTransport(request), body)
+      if (call.failure) throw call.failure
       // Cast: Elysia types an async handler as a Promise of one answer type (a Response, or a declared body), not of their union.
       if (answer.status === 202) return accepted(deps, request, set) as never
       const text = await answer.text()

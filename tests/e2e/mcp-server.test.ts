@@ -43,7 +43,7 @@ beforeAll(async () => {
   workers = await startWorkers(h.deps)
   listener = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: (request) => h.app.handle(request) })
   url = `http://127.0.0.1:${listener.port}/v1/mcp`
-  ;[owner, reader, user, outsider] = await Promise.all(['mcp-owner', 'mcp-reader', 'mcp-user', 'mcp-outsider'].map((u) => keyFor(h, u)))
+  ;[owner, reader, user, outsider] = (await Promise.all(['mcp-owner', 'mcp-reader', 'mcp-user', 'mcp-outsider'].map((u) => keyFor(h, u)))) as [string, string, string, string]
   wsA = await workspaceOf(h, owner, 'MCP A')
   wsB = await workspaceOf(h, outsider, 'MCP B')
   for (const [userId, role] of [['mcp-reader', 'readonly'], ['mcp-user', 'user']]) {

@@ -48,6 +48,12 @@ export interface McpCall {
   ctx: ToolContext
   /** The Mcp-Session-Id the client sent (src/domain/mcp/idempotency.ts, CallScope.session). */
   session: string | null
+  /**
+   * Set when a tool failed with what is not a refusal (an unreachable database or Redis, a bug): the
+   * route answers the HTTP request with it, through the API's error mapping (503 with Retry-After,
+   * or a 500 logged with the request id), instead of a JSON-RPC error.
+   */
+  failure?: unknown
 }
 
 const SERVER_INFO = { name: 'agent-platform-api', title: 'Agent Platform API', version: '1.0.0' }
@@ -117,17 +123,17 @@ async function callTool(tool: McpTool, args: unknown, call: McpCall, id: string 
       return { result, status: 200 }
     } catch (err) {
       if (err instanceof AppError) return { result: errorResult(ctx.requestId, err), status: err.status }
-      ctx.deps.log.error({ request_id: ctx.requestId, err, tool: tool.name }, 'an MCP tool call failed')
-      throw new McpError(ErrorCode.InternalError, `internal error; quote the request_id ${ctx.requestId} when reporting it`)
+      throw err
     }
   }
-  if (!tool.creates) return (await execute()).result
   try {
+    if (!tool.creates) return (await execute()).result
     return await oncePerId(ctx.deps, { keyId: ctx.caller.keyId, session: call.session, id }, tool.name, args, execute)
   } catch (err) {
     // The record's own refusals (the id reused, or still in flight).
     if (err instanceof AppError) return errorResult(ctx.requestId, err)
-    throw err
+    call.failure = err
+    throw new McpError(ErrorCode.InternalError, `internal error; quote the request_id ${ctx.requestId} when reporting it`)
   }
 }
 
