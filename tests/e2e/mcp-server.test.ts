@@ -455,6 +455,13 @@ describe('retries: creating tools are idempotent per key, session and JSON-RPC i
     await rpc(user, message)
     expect((await runsOf(wfA)).length).toBe(before + 3)
     expect((await rpc(owner, message, { 'mcp-session-id': 'bad session' })).status).toBe(400)
+    // The session ids MCP clients echo are handed out at initialize, a new one each time.
+    const initialize = { jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } }
+    const [one, two] = [await rpc(owner, initialize), await rpc(owner, initialize)]
+    expect(one.body.result.protocolVersion).toBe('2025-11-25')
+    expect(one.headers.get('mcp-session-id')).toMatch(/^mcp-[0-9a-f-]{36}$/)
+    expect(two.headers.get('mcp-session-id')).not.toBe(one.headers.get('mcp-session-id'))
+    expect((await rpc(owner, { jsonrpc: '2.0', id: 1, method: 'tools/list' })).headers.get('mcp-session-id')).toBeNull()
   })
 
   test('two SDK connections each number their calls from the start: each first run_workflow runs', async () => {

@@ -1,7 +1,7 @@
+import type { Logger } from 'pino'
 import { sha256Hex } from '../../lib/crypto'
 import { AppError } from '../../lib/errors'
 import { IDEMPOTENCY_PREFIX, IDEMPOTENCY_TTL_MS } from '../../routes/plugins/idempotency'
-import type { Logger } from 'pino'
 import type { RedisPort } from '../../store/redis'
 
 /**

@@ -94,7 +94,7 @@ export async function handleMcpRequest(tools: readonly McpTool[], call: McpCall,
     if (!tool) throw new McpError(ErrorCode.InvalidParams, `unknown tool ${JSON.stringify(req.params.name)}; tools/list names ${tools.map((t) => t.name).join(', ')}`)
     return callTool(tool, req.params.arguments ?? {}, call, extra.requestId) as Promise<ToolResult & Record<string, unknown>>
   })
-  // Errors reach the JSON-RPC answer (or our own log below); the SDK's console output is not wanted.
+  // Errors reach the JSON-RPC answer, or the route as call.failure; the SDK's console output is not wanted.
   server.onerror = () => {}
   const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
   await server.connect(transport)
