@@ -14,6 +14,7 @@ import { workflowRoutes } from './routes/workflows'
 import { hookRoutes, triggerRoutes } from './routes/triggers'
 import { runRoutes } from './routes/runs'
 import { knowledgeRoutes } from './routes/knowledge'
+import { mcpRoutes } from './routes/mcp'
 import { agentRoutes } from './routes/agents'
 import { Agent, ChatAnswer, Conversation, Message } from './routes/agents.model'
 import { ApiKey } from './routes/api-keys.model'
@@ -59,6 +60,7 @@ const documentation = {
     { name: 'triggers', description: 'Schedules and inbound webhooks that start workflow runs (docs/triggers.md)' },
     { name: 'knowledge', description: 'Knowledge bases, document uploads and their ingestion, search (docs/knowledge.md)' },
     { name: 'usage', description: 'Credits used and budgets' },
+    { name: 'mcp', description: 'The service as an MCP server for AI clients: search, run workflows, chat with agents, list resources (docs/mcp.md)' },
     { name: 'audit', description: 'Who changed what, when: the audit trail of a workspace (docs/audit.md)' },
     { name: 'operations', description: 'Health, readiness and metrics (no authentication)' },
     { name: 'console', description: 'The management console\'s page and assets (docs/console.md); the console itself calls the API above' },
@@ -83,7 +85,7 @@ export function buildApp(deps: Deps) {
     .use(opsRoutes(deps))
     .use(consoleRoutes(deps))
     .use(hookRoutes(deps))
-    .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(machineRoutes(deps)).use(webhookRoutes(deps)).use(modelRoutes(deps)).use(usageRoutes(deps)).use(workflowRoutes(deps)).use(runRoutes(deps)).use(triggerRoutes(deps)).use(knowledgeRoutes(deps)).use(agentRoutes(deps)).use(auditRoutes(deps)))
+    .group(v1, (api) => api.use(workspaceRoutes(deps)).use(apiKeyRoutes(deps)).use(machineRoutes(deps)).use(webhookRoutes(deps)).use(modelRoutes(deps)).use(usageRoutes(deps)).use(workflowRoutes(deps)).use(runRoutes(deps)).use(triggerRoutes(deps)).use(knowledgeRoutes(deps)).use(agentRoutes(deps)).use(auditRoutes(deps)).use(mcpRoutes(deps)))
   built = app
   return app
 }

@@ -46,7 +46,8 @@ function signature(node: Json): string {
   return `${Object.keys(node.properties ?? {}).sort().join(',')}|${[...(node.required ?? [])].sort().join(',')}`
 }
 
-function numbersAsNumbers(node: Json): Json {
+/** Elysia's `integer | string(format integer)` as the one number type a JSON client sends (also for the MCP tools' schemas). */
+export function numbersAsNumbers(node: Json): Json {
   if (Array.isArray(node)) return node.map(numbersAsNumbers)
   if (!node || typeof node !== 'object') return node
   const alts = node.anyOf
