@@ -32,6 +32,7 @@ export const AgentTool = t.Union([
         t.Union([t.String({ minLength: 1, maxLength: 4096 }), t.Null()]),
         {
           maxProperties: 16,
+          additionalProperties: false,
           description: `Sent with every request to the server (e.g. Authorization). Values are encrypted at rest and never answered: answers show "${HEADER_KEPT}" for each. Sending "${HEADER_KEPT}" or null keeps the value stored for that header by the tool of the same name and server_url`,
           examples: [{ Authorization: 'Bearer crm-token' }],
         },
