@@ -36,6 +36,8 @@ export interface McpTestServer {
   count(rpc: string): number
   /** Sessions opened (initialize handshakes) and still open. */
   sessions(): number
+  /** Forgets every session, as a restarted server does: their next request answers 404. */
+  dropSessions(): Promise<void>
   close(): Promise<void>
 }
 
@@ -140,6 +142,10 @@ export async function startMcpServer(opts: { path?: string } = {}): Promise<McpT
     requests,
     count: (rpc) => requests.filter((r) => r.rpc.includes(rpc)).length,
     sessions: () => sessions.size,
+    async dropSessions() {
+      for (const s of [...sessions.values()]) await s.server.close().catch(() => {})
+      sessions.clear()
+    },
     async close() {
       for (const s of [...sessions.values()]) await s.server.close().catch(() => {})
       sessions.clear()

@@ -21,7 +21,7 @@ import { startMcpServer, TOOLS, type McpTestServer } from '../helpers/mcp-server
  */
 
 const PRICING = { input_per_1k: 1, output_per_1k: 2 }
-const LLMS = ['text', 'structured', 'stream', 'slow', 'errors', 'allowed', 'cache', 'secret', 'down', 'died', 'trace', 'guard']
+const LLMS = ['text', 'structured', 'stream', 'slow', 'errors', 'allowed', 'cache', 'secret', 'down', 'died', 'trace', 'guard', 'forgot']
 const SECRET = 'Bearer crm-secret-7f3a9c'
 const CALL_TIMEOUT_MS = 1_000
 
@@ -187,6 +187,22 @@ describe('failures are the tool\'s, not the turn\'s', () => {
     const warned = lines.map((l) => JSON.parse(l)).find((l) => l.tool === 'gone')
     expect(warned).toMatchObject({ agent_id: id, server_url: url })
     expect(lines.join('\n')).not.toContain('gone-secret-55aa')
+  })
+
+  test('a session the server forgot (404) is opened again and the call goes through', async () => {
+    const own = await startMcpServer()
+    try {
+      const id = await agent({ model: 'forgot', tools: [{ type: 'mcp', name: 'own', server_url: own.url }] })
+      fake.script('forgot-up', [{ toolCalls: [call('own__lookup', { id: 'a' })] }, { text: 'one' }, { toolCalls: [call('own__lookup', { id: 'b' })] }, { text: 'two' }])
+      expect((await chat(id, 'first')).status).toBe(200)
+      await own.dropSessions()
+      expect((await chat(id, 'second')).status).toBe(200)
+      expect(toolMessages(sent('forgot-up')[3]!)[0].output).toEqual({ text: 'record b: status open' })
+      expect(own.count('initialize')).toBe(2)
+    } finally {
+      await closeMcpClients()
+      await own.close()
+    }
   })
 
   test('a server gone after listing fails the call (mcp_unavailable), not the turn', async () => {

@@ -92,6 +92,8 @@ interface Connection {
 
 interface Entry {
   conn: Promise<Connection>
+  /** The connection once open (evicting one compares it without waiting). */
+  open?: Connection
   expiresAt: number
 }
 
@@ -181,6 +183,7 @@ function acquire(spec: McpServerSpec, callTimeoutMs: number): Promise<Connection
   pool.set(key, entry)
   entry.conn.then(
     (conn) => {
+      entry.open = conn
       // Retired when stale even if never used again, so no connection outlives the TTL for long.
       const timer = setTimeout(() => {
         if (pool.get(key) === entry) pool.delete(key)
@@ -197,12 +200,7 @@ function acquire(spec: McpServerSpec, callTimeoutMs: number): Promise<Connection
 
 function evict(spec: McpServerSpec, conn: Connection) {
   const key = keyOf(spec)
-  const entry = pool.get(key)
-  if (entry) {
-    void entry.conn.then((c) => {
-      if (c === conn && pool.get(key) === entry) pool.delete(key)
-    }, () => {})
-  }
+  if (pool.get(key)?.open === conn) pool.delete(key)
   retire(conn)
 }
 
