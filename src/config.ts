@@ -28,6 +28,7 @@ const Env = Type.Object({
   WEBHOOK_DISABLE_AFTER_MS: Type.Optional(Int()),
   WEBHOOK_ALLOW_HTTP: Type.Optional(Bool),
   WEBHOOK_ALLOW_PRIVATE_NETWORKS: Type.Optional(Bool),
+  MCP_CALL_TIMEOUT_MS: Type.Optional(Int()),
   MAX_UPLOAD_BYTES: Type.Optional(Int()),
   MAX_JSON_BYTES: Type.Optional(Int()),
   ITERATION_MAX_ITEMS: Type.Optional(Int()),
@@ -66,6 +67,8 @@ export interface Config {
   webhookDisableAfterMs: number
   webhookAllowHttp: boolean
   webhookAllowPrivateNetworks: boolean
+  /** An agent's call of an MCP server's tool (docs/agents.md, "MCP tools"); listing its tools gets at most 10 s of it. */
+  mcpCallTimeoutMs: number
   maxUploadBytes: number
   maxJsonBytes: number
   rateLimit: { perSecond: number; burst: number }
@@ -129,6 +132,7 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     webhookDisableAfterMs: int('WEBHOOK_DISABLE_AFTER_MS', 432_000_000, 1, 2_000_000_000),
     webhookAllowHttp: bool(env.WEBHOOK_ALLOW_HTTP),
     webhookAllowPrivateNetworks: bool(env.WEBHOOK_ALLOW_PRIVATE_NETWORKS),
+    mcpCallTimeoutMs: int('MCP_CALL_TIMEOUT_MS', 30_000, 1, 600_000),
     maxUploadBytes: int('MAX_UPLOAD_BYTES', 52_428_800, 1),
     maxJsonBytes: int('MAX_JSON_BYTES', 1_048_576, 1),
     // 50 requests/s sustained with bursts of 100 per API key: generous for an integration, tight

@@ -1,6 +1,7 @@
 import { t } from 'elysia'
 import { iso } from '../lib/time'
-import type { AgentRow, ConversationRow, MessageRow, StoredToolCall } from '../store/agents'
+import { HEADER_KEPT } from '../domain/agents/mcp'
+import type { AgentRow, AgentTool as StoredAgentTool, ConversationRow, MessageRow, StoredToolCall } from '../store/agents'
 import { Id, Name, Timestamp, UserId } from './common.model'
 
 /** OpenAI's function-name rule: what the model sees as the tool's name. */
@@ -20,6 +21,25 @@ export const AgentTool = t.Union([
       parameters: t.Record(t.String(), t.Unknown(), { description: 'JSON schema (type "object") of the arguments' }),
     },
     { additionalProperties: false, description: 'An HTTP call under the webhook SSRF rules' },
+  ),
+  t.Object(
+    {
+      type: t.Literal('mcp'),
+      name: t.String({ minLength: 1, maxLength: 32, pattern: '^[A-Za-z0-9_-]+$', description: 'The server\'s name: its tools are offered as <name>__<tool> (e.g. crm__lookup)' }),
+      server_url: t.String({ minLength: 1, maxLength: 2048, description: 'The MCP server\'s Streamable HTTP endpoint; https, under the webhook SSRF rules (checked here, and resolved and pinned at each connection)' }),
+      headers: t.Optional(t.Record(
+        t.String({ pattern: "^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$" }),
+        t.Union([t.String({ minLength: 1, maxLength: 4096 }), t.Null()]),
+        {
+          maxProperties: 16,
+          additionalProperties: false,
+          description: `Sent with every request to the server (e.g. Authorization). Values are encrypted at rest and never answered: answers show "${HEADER_KEPT}" for each. Sending "${HEADER_KEPT}" or null keeps the value stored for that header by the tool of the same name and server_url`,
+          examples: [{ Authorization: 'Bearer crm-token' }],
+        },
+      )),
+      allowed_tools: t.Optional(t.Array(t.String({ minLength: 1, maxLength: 128 }), { maxItems: 128, description: 'Only these of the server\'s tools (their names on the server, without prefix) are offered; omitted: all' })),
+    },
+    { additionalProperties: false, description: 'The tools an MCP server lists, offered to the model and called over Streamable HTTP (docs/agents.md, "MCP tools")' },
   ),
 ])
 
@@ -71,9 +91,16 @@ export const Agent = t.Object({
 export function toAgent(a: AgentRow): typeof Agent.static {
   return {
     id: a.id, name: a.name, type: a.type, model: a.model, workspace_id: a.workspace_id, status: a.status, version: a.version,
-    instructions: a.instructions, tools: a.tools, knowledge_base_ids: a.knowledge_base_ids, workflow_id: a.workflow_id,
+    instructions: a.instructions, tools: a.tools.map(agentToolView), knowledge_base_ids: a.knowledge_base_ids, workflow_id: a.workflow_id,
     created_at: iso(a.created_at)!, updated_at: iso(a.updated_at)!,
   }
+}
+
+/** A stored tool as answered: an mcp tool's header names, each value shown as "***" (never the value, sealed or not). */
+function agentToolView(tool: StoredAgentTool): typeof AgentTool.static {
+  if (tool.type !== 'mcp') return tool
+  const { headers_sealed, ...rest } = tool
+  return headers_sealed && Object.keys(headers_sealed).length > 0 ? { ...rest, headers: Object.fromEntries(Object.keys(headers_sealed).map((n) => [n, HEADER_KEPT])) } : rest
 }
 
 export const AgentParams = t.Object({ id: Id('agt', 'Agent id') })

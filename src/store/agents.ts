@@ -8,6 +8,8 @@ export type AgentTool =
   | { type: 'knowledge_search'; name?: string; description?: string }
   | { type: 'workflow'; workflow_id: string; name?: string; description?: string }
   | { type: 'http'; name: string; description: string; method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE'; url: string; parameters: Record<string, unknown> }
+  /** `headers_sealed`: each header's value sealed by the SecretBox (never the plain value, never answered). */
+  | { type: 'mcp'; name: string; server_url: string; headers_sealed?: Record<string, string>; allowed_tools?: string[] }
 
 export interface AgentRow {
   id: string

@@ -32,6 +32,7 @@ test('an empty environment gives the defaults of docs/deployment.md', () => {
     webhookDisableAfterMs: 432_000_000,
     webhookAllowHttp: false,
     webhookAllowPrivateNetworks: false,
+    mcpCallTimeoutMs: 30_000,
     maxUploadBytes: 52_428_800,
     maxJsonBytes: 1_048_576,
     rateLimit: { perSecond: 50, burst: 100 },

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import type { Deps } from '../../deps'
 import { AppError } from '../../lib/errors'
 import type { AgentRow, AgentTool } from '../../store/agents'
@@ -11,6 +12,7 @@ import { inputSpec } from '../workflows/graph'
 import { createRun, waitForRun } from '../workflows/runs'
 import { sendHttp } from '../workflows/nodes/http-request'
 import { NodeError } from '../workflows/types'
+import { callMcpTool, listMcpTools, redactUrl, type McpServerSpec, type McpToolInfo } from './mcp'
 
 /**
  * The name the model and `tool_calls[].tool` see: `name`, else `knowledge_search`, else `workflow_<id>`
@@ -44,12 +46,26 @@ export interface Tool {
 
 const JSON_TYPES: Record<InputSpec['type'], string> = { string: 'string', number: 'number', boolean: 'boolean', array: 'array', object: 'object' }
 
-/** The agent's tools as the model sees them, each with what runs it. Workflows are read at each turn (they change). */
+/**
+ * The agent's tools as the model sees them, each with what runs it. Workflows are read at each turn
+ * (they change); MCP servers' tool lists come from their cache (src/domain/agents/mcp.ts), all asked
+ * at once. A server that cannot list its tools is left out of this turn (logged), not a failed turn.
+ */
 export async function agentTools(deps: Deps, agent: AgentRow): Promise<Map<string, Tool>> {
   const tools = new Map<string, Tool>()
-  for (const t of agent.tools) {
+  const listings = agent.tools.map((t) =>
+    t.type === 'mcp' ? listMcpTools(mcpServer(deps, t), deps.config.mcpCallTimeoutMs).catch((err: Error) => err) : null,
+  )
+  for (const [i, t] of agent.tools.entries()) {
     const name = toolName(t)
-    if (t.type === 'knowledge_search') {
+    if (t.type === 'mcp') {
+      const listed = await listings[i]!
+      if (listed instanceof Error) {
+        deps.log.warn({ agent_id: agent.id, tool: t.name, server_url: redactUrl(t.server_url), reason: listed.message }, 'an MCP server\'s tools could not be listed; they are left out of this turn')
+        continue
+      }
+      addMcpTools(tools, deps, t, listed)
+    } else if (t.type === 'knowledge_search') {
       tools.set(name, {
         definition: fn(name, t.description ?? 'Searches the knowledge bases of this assistant; answers the passages most relevant to the query.', {
           type: 'object',
@@ -78,6 +94,42 @@ export async function agentTools(deps: Deps, agent: AgentRow): Promise<Map<strin
     }
   }
   return tools
+}
+
+type McpTool = Extract<AgentTool, { type: 'mcp' }>
+
+const mcpServer = (deps: Deps, t: McpTool): McpServerSpec => ({
+  url: t.server_url,
+  sealedHeaders: t.headers_sealed ?? {},
+  open: (sealed) => deps.secretBox.open(sealed),
+  policy: { allowHttp: deps.config.webhookAllowHttp, allowPrivate: deps.config.webhookAllowPrivateNetworks },
+})
+
+/** The server's tools (those of `allowed_tools` when given) as `<name>__<tool>`. */
+function addMcpTools(tools: Map<string, Tool>, deps: Deps, t: McpTool, listed: McpToolInfo[]) {
+  const server = mcpServer(deps, t)
+  const allowed = t.allowed_tools ? new Set(t.allowed_tools) : null
+  for (const m of listed) {
+    if (allowed && !allowed.has(m.name)) continue
+    const name = mcpToolName(t.name, m.name, tools)
+    const parameters = m.inputSchema.type === 'object' ? m.inputSchema : { type: 'object', properties: {} }
+    tools.set(name, {
+      definition: fn(name, m.description, parameters),
+      run: (args, ctx) => callMcpTool(server, m.name, args, { timeoutMs: ctx.deps.config.mcpCallTimeoutMs, signal: ctx.signal }),
+    })
+  }
+}
+
+/**
+ * `<prefix>__<tool>` within the function-name rule (64 characters of [A-Za-z0-9_-]): other characters
+ * become `_`; a name too long, or taken, is cut and ends with 8 hex of the tool's own name's hash.
+ */
+export function mcpToolName(prefix: string, tool: string, taken: { has(name: string): boolean }): string {
+  const head = `${prefix}__`
+  const plain = head + tool.replace(/[^A-Za-z0-9_-]/g, '_')
+  if (plain.length <= 64 && !taken.has(plain)) return plain
+  const hash = createHash('sha256').update(tool).digest('hex').slice(0, 8)
+  return `${plain.slice(0, 64 - 9)}_${hash}`
 }
 
 const fn = (name: string, description: string, parameters: Record<string, unknown>): ToolDefinition => ({
