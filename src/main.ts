@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs'
 import { buildApp } from './app'
 import { consoleBundle } from './routes/console'
 import { closeDeps, createLogger, flushLogs, openDeps } from './boot'
+import { closeMcpClients } from './domain/agents/mcp'
 import { ConfigError, loadConfig } from './config'
 import type { Deps } from './deps'
 import { CatalogError } from './domain/models/catalog'
@@ -76,6 +77,8 @@ async function main() {
       // Workers still starting are stopped once they have started.
       await workersStarted.catch(() => {})
       await workers.stop()
+      // After the requests and runs that could use them: the MCP servers see their sessions end.
+      await closeMcpClients()
       await closeDeps(deps)
       log.info('stopped')
       exit(0)
