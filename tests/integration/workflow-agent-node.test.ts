@@ -1,4 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { closeMcpClients } from '../../src/domain/agents/mcp'
+import { startMcpServer, type McpTestServer } from '../helpers/mcp-server'
 import { chain, end, ends, start, startRunsEnv, type Node, type RunsEnv } from '../helpers/runs'
 
 /**
@@ -8,12 +10,18 @@ import { chain, end, ends, start, startRunsEnv, type Node, type RunsEnv } from '
  */
 let env: RunsEnv
 let targetUrl: string
+let mcp: McpTestServer
 
 beforeAll(async () => {
   env = await startRunsEnv()
   targetUrl = `http://127.0.0.1:${env.target.port}`
+  mcp = await startMcpServer()
 }, 60_000)
-afterAll(() => env?.close())
+afterAll(async () => {
+  await closeMcpClients()
+  await mcp?.close()
+  await env?.close()
+})
 
 let seq = 0
 async function agent(body: Record<string, unknown> = {}, key = env.owner, ws = env.ws): Promise<string> {
@@ -74,6 +82,22 @@ describe('agent node', () => {
     expect(answer.body.message.content).toBe('The 18:00 ferry.')
     const toolRound = env.fake.requests.filter((r) => r.model === 'scripted-up').at(-1)!.json.messages.find((m: any) => m.role === 'tool')
     expect(JSON.parse(toolRound.content).body).toMatchObject({ path: '/timetable', q: 'evening' })
+  })
+
+  test('a chatflow reaches an MCP server\'s tools through the agent node', async () => {
+    const id = await agent({ tools: [{ type: 'mcp', name: 'crm', server_url: mcp.url, allowed_tools: ['lookup'] }] })
+    env.fake.script('scripted-up', [{ toolCalls: [{ name: 'crm__lookup', arguments: { id: 'T-7' } }] }, { text: 'Ticket T-7 is open.' }])
+    const flow = await env.workflow(chain(start([{ name: 'message', type: 'string', required: true }]), { id: 'desk', type: 'agent', config: { agent_id: id, message: '{{inputs.message}}' } }, end({ answer: '{{nodes.desk.output.text}}' })))
+    const chatflow = await env.h.call('POST', '/v1/agents', { key: env.owner, body: { workspace_id: env.ws, name: 'CRM desk', type: 'chatflow', model: 'scripted', workflow_id: flow } })
+    const before = mcp.requests.filter((r) => r.tool === 'lookup').length
+    const answer = await env.h.call('POST', `/v1/agents/${chatflow.body.data.id}/chat`, { key: env.owner, body: { message: 'Status of T-7?', user_id: 'agent-7' } })
+    expect(answer.status).toBe(200)
+    expect(answer.body.message.content).toBe('Ticket T-7 is open.')
+    expect(mcp.requests.filter((r) => r.tool === 'lookup').length).toBe(before + 1)
+    const offered = env.fake.requests.filter((r) => r.model === 'scripted-up').at(-2)!.json.tools.map((t: any) => t.function.name)
+    expect(offered).toEqual(['crm__lookup'])
+    const toolRound = env.fake.requests.filter((r) => r.model === 'scripted-up').at(-1)!.json.messages.find((m: any) => m.role === 'tool')
+    expect(JSON.parse(toolRound.content)).toEqual({ text: 'record T-7: status open' })
   })
 
   test('conversation_id continues a conversation; user_id names its user', async () => {
