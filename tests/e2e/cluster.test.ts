@@ -5,7 +5,7 @@ import { waitFor } from '../helpers/harness'
 import { apiCall, killAll, type ServiceProcess } from '../helpers/process'
 
 /**
- * The cluster of issue 9 on the real PostgreSQL and Redis (server mode, as CI runs): two API processes
+ * A cluster (docs/deployment.md) on the real PostgreSQL and Redis (server mode, as CI runs): two API processes
  * (`src/main.ts api`) and two workers (`src/main.ts worker`). Mixed traffic (async runs through a
  * wait node, document uploads, webhook pings, chat turns) goes to both APIs while one worker and one
  * API are killed with SIGKILL and started again. Afterwards every accepted run, document and delivery

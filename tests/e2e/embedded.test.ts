@@ -123,7 +123,7 @@ describe('embedded default as a subprocess', () => {
     expect(got.status).toBe(200)
     expect(got.body.data).toMatchObject({ id: firstWorkspace, name: 'First', owner_id: 'root' })
 
-    // Enormous headers (hardening, issue 9): refused by the HTTP parser with 431, the process goes on.
+    // Enormous headers (docs/hardening.md): refused by the HTTP parser with 431, the process goes on.
     const big = await rawExchange(sp.port, `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(200_000)}\r\n\r\n`)
     expect(big.split('\r\n')[0]).toBe('HTTP/1.1 431 Request Header Fields Too Large')
     const many = await rawExchange(sp.port, `GET /healthz HTTP/1.1\r\nHost: x\r\n${Array.from({ length: 2000 }, (_, i) => `X-H${i}: v\r\n`).join('')}\r\n`)

@@ -6,7 +6,7 @@ import { waitFor } from '../helpers/harness'
 import { apiCall, EMBEDDED, freePort, killAll, spawnProcess, spawnService, type ServiceProcess, type Spawned } from '../helpers/process'
 
 /**
- * Redis unreachable (issue 9): the service on a Redis of this file's own (a real redis-server on a
+ * Redis unreachable (docs/deployment.md): the service on a Redis of this file's own (a real redis-server on a
  * port of its own, killed with SIGKILL and started again), the embedded database. Requests that need
  * Redis answer 503 `unavailable` with Retry-After, fast; liveness stays up and readiness says which
  * dependency is down; when Redis is back everything works again, and nothing stored was lost.

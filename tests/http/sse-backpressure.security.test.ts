@@ -7,7 +7,7 @@ import { join } from 'node:path'
 import { keyFor, startHarness, waitFor, workspaceOf, type Harness } from '../helpers/harness'
 
 /**
- * An SSE client that never reads (hardening, issue 9): the service must not buffer an endless
+ * An SSE client that never reads (docs/hardening.md): the service must not buffer an endless
  * stream for it. A loopback OpenAI-compatible provider streams chat chunks for as long as it is
  * asked for more (a pull-based body: Bun asks only when its socket can take them) and counts what
  * it produced; the client sends its request over a raw socket and then stops reading. What the

@@ -7,7 +7,7 @@ import { DOCX_MAX_UNPACKED_BYTES, refuseLyingZip } from '../../src/domain/knowle
 import { DEFAULT_SANDBOX_LIMITS, DocumentSandbox, SandboxFailure } from '../../src/domain/knowledge/sandbox'
 import { cleanFileName } from '../../src/domain/knowledge/upload'
 
-/** Hostile documents (issue 9): each is refused with a parse error, or read harmlessly; none hangs the process. */
+/** Hostile documents (docs/hardening.md): each is refused with a parse error, or read harmlessly; none hangs the process. */
 const DOCX = readFileSync(join(import.meta.dir, '../fixtures/documents/sample.docx'))
 
 async function failure(p: Promise<unknown>): Promise<ParseError> {

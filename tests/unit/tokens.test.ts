@@ -5,7 +5,7 @@ import { localChat, localChatStream } from '../../src/domain/models/local/chat'
 import { boundedParts, countChatTokens, countTokens, MAX_RUN, tokenize } from '../../src/lib/tokens'
 
 /**
- * The tokenizer's bound on one "word" (issue 9, hostile input): the library's BPE is quadratic in the
+ * The tokenizer's bound on one "word" (hostile input, docs/hardening.md): the library's BPE is quadratic in the
  * length of a run without spaces, so 200 000 letters held the event loop for 74 s. Each test below
  * with a long run would take minutes without the bound, and so fails on the test's time limit.
  */
