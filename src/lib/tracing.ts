@@ -99,6 +99,12 @@ export function contextWith(span: Span, parent: Context = context.active()): Con
   return trace.setSpan(parent, span)
 }
 
+/** The active context (a span's parent captured now, used later). */
+export const activeContext = (): Context => context.active()
+
+/** The active span (a non-recording one when there is none). */
+export const activeSpan = (): Span => trace.getActiveSpan() ?? NOOP_SPAN
+
 export const runIn = <T>(ctx: Context, fn: () => T): T => context.with(ctx, fn)
 
 /**
