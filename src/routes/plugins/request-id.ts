@@ -37,7 +37,9 @@ export function requestSpan() {
       if (!span) return
       span.updateName(`${request.method} ${route}`)
       span.setAttribute('http.route', route)
-      const ws = (params as Record<string, string> | undefined)?.workspace_id
+      // The workspace a path names (/v1/workspaces/{id}/...); a restricted key's is added at the end.
+      const p = params as Record<string, string> | undefined
+      const ws = p?.workspace_id ?? (p?.id && route.includes('/v1/workspaces/:id') ? p.id : undefined)
       if (ws) span.setAttribute('workspace_id', ws)
     })
 }
