@@ -11,12 +11,13 @@
  *   (c) first token of a streamed chat (POST /v1/chat/completions, the fake provider in a process
  *       of its own, FIRST_TOKEN sequential requests), p50                       target on − off < +1 ms
  *
- * Environment: ROUNDS (3), GET_SECONDS (8), RUNS_ASYNC (600), FIRST_TOKEN (200).
+ * Environment: ROUNDS (3), GET_SECONDS (8), RUNS_ASYNC (600), FIRST_TOKEN (200), ONLY (`runs`: figure (b) alone,
+ * for a quick comparison; the results file is then not written).
  */
 import { join } from 'node:path'
 import { writeFileSync } from 'node:fs'
 import {
-  freePort, killAll, log, machine, measureOnce, percentile, randomBase62, removeDir, sourceVersion, startFakeProvider, startServer,
+  freePort, killAll, log, machine, measureOnce, percentile, processCpuMs, randomBase62, removeDir, sourceVersion, startFakeProvider, startServer,
   tempDir, verdict, whenInterrupted, writeResults, type Round, type Row, type Server,
 } from './lib'
 
@@ -25,6 +26,7 @@ const GET_SECONDS = Number(process.env.GET_SECONDS ?? 8)
 const RUNS = Number(process.env.RUNS_ASYNC ?? 600)
 const FIRST_TOKEN = Number(process.env.FIRST_TOKEN ?? 200)
 const CONCURRENCY = 32
+const ONLY = process.env.ONLY
 
 const work = tempDir('bench-tracing-')
 whenInterrupted(() => removeDir(work))
@@ -71,10 +73,15 @@ async function startService(tracing: boolean, tag: string): Promise<Server> {
   })
 }
 
-/** (b) RUNS async triggers, CONCURRENCY in flight; runs/s from the first trigger to the last finished_at. */
-async function asyncRuns(base: string, workflowId: string): Promise<number> {
+/**
+ * (b) RUNS async triggers, CONCURRENCY in flight; runs/s from the first trigger to the last
+ * finished_at, and the service's CPU per run (its process' CPU time over the phase).
+ */
+async function asyncRuns(service: Server, workflowId: string): Promise<{ perSecond: number; cpuUsPerRun: number }> {
+  const base = service.url
   const ids: string[] = []
   let next = 0
+  const cpu0 = processCpuMs(service.pid)
   const t0 = Date.now()
   await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
     while (next++ < RUNS) {
@@ -88,6 +95,7 @@ async function asyncRuns(base: string, workflowId: string): Promise<number> {
     if (r.body.data.length === 0) break
     await Bun.sleep(50)
   }
+  const cpuUsPerRun = Math.round(((processCpuMs(service.pid) - cpu0) * 1000) / RUNS)
   let last = 0
   for (let cursor: string | null = ''; cursor !== null;) {
     const page = await api(base, 'GET', `/v1/workflows/${workflowId}/runs?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`)
@@ -97,7 +105,7 @@ async function asyncRuns(base: string, workflowId: string): Promise<number> {
     }
     cursor = page.body.next_cursor
   }
-  return Math.round((RUNS * 1000) / (last - t0))
+  return { perSecond: Math.round((RUNS * 1000) / (last - t0)), cpuUsPerRun }
 }
 
 /** (c) Sequential streamed chats: ms from sending to the first content chunk. */
@@ -130,7 +138,7 @@ const median = (xs: number[]) => {
 }
 const r2 = (n: number) => Math.round(n * 100) / 100
 
-interface Figures { getRps: number; get: Round; runsPerSecond: number; firstTokenP50: number; firstTokenP99: number }
+interface Figures { getRps: number; getCpuUs: number; get: Round; runsPerSecond: number; runCpuUs: number; firstTokenP50: number; firstTokenP99: number }
 const figures: Record<'off' | 'on', Figures[]> = { off: [], on: [] }
 
 try {
@@ -151,40 +159,56 @@ try {
         }
         const wf = await api(service.url, 'POST', '/v1/workflows', { workspace_id: wsId, name: 'linear', graph })
         if (wf.status !== 201) throw new Error(`workflow: ${wf.status} ${JSON.stringify(wf.body)}`)
+        if (ONLY === 'runs') {
+          await asyncRuns(service, wf.body.data.id)
+          const runs = await asyncRuns(service, wf.body.data.id)
+          log(`round ${i + 1} tracing ${mode}: runs ${runs.perSecond}/s (${runs.cpuUsPerRun} µs CPU/run)`)
+          continue
+        }
         const get = await measureOnce(service, { url: `${service.url}/v1/workspaces/${wsId}`, seconds: GET_SECONDS, headers: { authorization: `Bearer ${ROOT_KEY}` } }, 2, { connections: CONCURRENCY, threads: 1, scriptDir: work })
         if (get.errors > 0) throw new Error(`GET: ${get.errors} errors`)
-        await asyncRuns(service.url, wf.body.data.id) // warm-up
-        const runsPerSecond = await asyncRuns(service.url, wf.body.data.id)
+        await asyncRuns(service, wf.body.data.id) // warm-up
+        const runs = await asyncRuns(service, wf.body.data.id)
         await firstTokens(service.url, wsId, 20) // warm-up
         const ft = Float64Array.from(await firstTokens(service.url, wsId, FIRST_TOKEN)).sort()
-        const f = { getRps: get.rps, get, runsPerSecond, firstTokenP50: r2(percentile(ft, 50)), firstTokenP99: r2(percentile(ft, 99)) }
+        const getCpuUs = Math.round((get.cpu.serverCpuMs * 10_000) / get.requests) / 10
+        const f = { getRps: get.rps, getCpuUs, get, runsPerSecond: runs.perSecond, runCpuUs: runs.cpuUsPerRun, firstTokenP50: r2(percentile(ft, 50)), firstTokenP99: r2(percentile(ft, 99)) }
         figures[mode].push(f)
-        log(`round ${i + 1} tracing ${mode}: GET ${f.getRps}/s (p50 ${get.p50} ms), runs ${f.runsPerSecond}/s, first token p50 ${f.firstTokenP50} ms p99 ${f.firstTokenP99} ms; exports so far ${exported.requests} (${exported.bytes} B)`)
+        log(`round ${i + 1} tracing ${mode}: GET ${f.getRps}/s (p50 ${get.p50} ms, ${getCpuUs} µs CPU), runs ${f.runsPerSecond}/s (${f.runCpuUs} µs CPU/run), first token p50 ${f.firstTokenP50} ms p99 ${f.firstTokenP99} ms; exports so far ${exported.requests} (${exported.bytes} B)`)
       } finally {
         await service.stop()
       }
     }
   }
-  const m = (mode: 'off' | 'on', f: (x: Figures) => number) => median(figures[mode].map(f))
-  const get = { off: m('off', (x) => x.getRps), on: m('on', (x) => x.getRps) }
-  const runs = { off: m('off', (x) => x.runsPerSecond), on: m('on', (x) => x.runsPerSecond) }
-  const ft = { off: m('off', (x) => x.firstTokenP50), on: m('on', (x) => x.firstTokenP50) }
-  const summary = {
-    get_rps: get, get_share: r2((100 * get.on) / get.off),
-    runs_per_second: runs, runs_share: r2((100 * runs.on) / runs.off),
-    first_token_p50_ms: ft, first_token_delta_ms: r2(ft.on - ft.off),
-    exports: exported,
-  }
-  const rows: Row[] = [
-    { figure: '(a) authenticated GET, tracing on', measured: `${get.on} req/s`, ceiling: `off ${get.off} req/s`, share: `${summary.get_share} %`, target: '≥ 90 % of off', result: verdict(summary.get_share >= 90) },
-    { figure: '(b) async runs, tracing on', measured: `${runs.on} runs/s`, ceiling: `off ${runs.off} runs/s`, share: `${summary.runs_share} %`, target: '≥ 90 % of off', result: verdict(summary.runs_share >= 90) },
-    { figure: '(c) first token, streamed chat, p50', measured: `${ft.on} ms`, ceiling: `off ${ft.off} ms`, share: `${summary.first_token_delta_ms >= 0 ? '+' : ''}${summary.first_token_delta_ms} ms`, target: '< +1 ms', result: verdict(summary.first_token_delta_ms < 1) },
-  ]
-  const file = writeResults('tracing', { machine: machine(), source: sourceVersion(), rounds: ROUNDS, summary, figures }, rows)
-  log(`GET ${get.on}/${get.off} req/s (${summary.get_share} %), runs ${runs.on}/${runs.off} runs/s (${summary.runs_share} %), first token p50 ${ft.on}/${ft.off} ms (${summary.first_token_delta_ms} ms); ${file}`)
+  if (ONLY !== 'runs') summarise()
 } finally {
   provider.stop()
   await collector.stop(true)
   killAll()
   removeDir(work)
+}
+
+function summarise() {
+  const m = (mode: 'off' | 'on', f: (x: Figures) => number) => median(figures[mode].map(f))
+  const get = { off: m('off', (x) => x.getRps), on: m('on', (x) => x.getRps) }
+  const runs = { off: m('off', (x) => x.runsPerSecond), on: m('on', (x) => x.runsPerSecond) }
+  const ft = { off: m('off', (x) => x.firstTokenP50), on: m('on', (x) => x.firstTokenP50) }
+  const getCpu = { off: m('off', (x) => x.getCpuUs), on: m('on', (x) => x.getCpuUs) }
+  const runCpu = { off: m('off', (x) => x.runCpuUs), on: m('on', (x) => x.runCpuUs) }
+  const summary = {
+    get_rps: get, get_share: r2((100 * get.on) / get.off),
+    runs_per_second: runs, runs_share: r2((100 * runs.on) / runs.off),
+    first_token_p50_ms: ft, first_token_delta_ms: r2(ft.on - ft.off),
+    get_cpu_us_per_request: getCpu, run_cpu_us_per_run: runCpu,
+    exports: exported,
+  }
+  const rows: Row[] = [
+    { figure: '(a) authenticated GET, tracing on', measured: `${get.on} req/s`, ceiling: `off ${get.off} req/s`, share: `${summary.get_share} %`, target: '≥ 90 % of off', result: verdict(summary.get_share >= 90) },
+    { figure: '(b) async runs, tracing on', measured: `${runs.on} runs/s`, ceiling: `off ${runs.off} runs/s`, share: `${summary.runs_share} %`, target: '≥ 90 % of off', result: verdict(summary.runs_share >= 90) },
+    { figure: '(a) authenticated GET, service CPU per request', measured: `on ${getCpu.on} µs`, ceiling: `off ${getCpu.off} µs`, share: `+${r2(getCpu.on - getCpu.off)} µs`, target: '', result: 'info' },
+    { figure: '(b) async runs, service CPU per run', measured: `on ${runCpu.on} µs`, ceiling: `off ${runCpu.off} µs`, share: `+${r2(runCpu.on - runCpu.off)} µs`, target: '', result: 'info' },
+    { figure: '(c) first token, streamed chat, p50', measured: `${ft.on} ms`, ceiling: `off ${ft.off} ms`, share: `${summary.first_token_delta_ms >= 0 ? '+' : ''}${summary.first_token_delta_ms} ms`, target: '< +1 ms', result: verdict(summary.first_token_delta_ms < 1) },
+  ]
+  const file = writeResults('tracing', { machine: machine(), source: sourceVersion(), rounds: ROUNDS, summary, figures }, rows)
+  log(`GET ${get.on}/${get.off} req/s (${summary.get_share} %), runs ${runs.on}/${runs.off} runs/s (${summary.runs_share} %), first token p50 ${ft.on}/${ft.off} ms (${summary.first_token_delta_ms} ms); ${file}`)
 }
