@@ -6,6 +6,7 @@ import { ApiKeys } from './domain/api-keys'
 import { loadCatalog } from './domain/models/catalog'
 import { createGateway } from './domain/models'
 import { createMetrics } from './lib/metrics'
+import { startTracing, stopTracing } from './lib/tracing'
 import { loadSecretKey, SecretBox } from './lib/secret-box'
 import { openEmbedded, openPostgres, type Database } from './store/db'
 import { LocalFileStore } from './store/files'
@@ -74,6 +75,13 @@ export function flushLogs() {
  */
 export async function openDeps(config: Config, opts: { db?: Database; redis?: RedisPort; log?: Logger; defaultMetrics?: boolean } = {}): Promise<Deps> {
   const log = opts.log ?? createLogger(config.logLevel)
+  // First: the spans of everything after (the server's requests, the workers' runs) are exported.
+  if (config.tracing) {
+    await startTracing(config.tracing, '0.1.0')
+    const u = new URL(config.tracing.url)
+    // Credentials in the URL (user, password, a query) are not logged.
+    log.info({ traces: `${u.origin}${u.pathname}`, sampler: config.tracing.sampler, content: config.tracing.captureContent }, 'tracing: spans exported over OTLP/HTTP')
+  }
   // Before the store opens: a bad MODELS_FILE stops start-up at once, naming the bad field.
   const catalog = loadCatalog(config.modelsFile)
   const lockWait = (message: string) => (log.warn(message), flushLogs())
@@ -116,4 +124,6 @@ export async function closeDeps(deps: Deps): Promise<void> {
   await deps.apiKeys.stop()
   await deps.redis.close()
   await deps.db.close()
+  // Last: the spans of the shutdown itself (the last deliveries and runs) leave too.
+  await stopTracing().catch((err) => deps.log.warn({ err }, 'tracing: the last spans could not be exported'))
 }

@@ -40,6 +40,18 @@ const Env = Type.Object({
   EXIT_WITH_LAUNCHER: Type.Optional(Bool),
   /** Set by `bun run <script>` (and npm): the process was started through a package script. */
   npm_lifecycle_event: Type.Optional(Type.String()),
+  // OpenTelemetry (docs/observability.md): the standard variables, read here and handed to the SDK.
+  OTEL_EXPORTER_OTLP_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://' })),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://' })),
+  OTEL_EXPORTER_OTLP_HEADERS: Type.Optional(Type.String({ pattern: '^\\s*[^=,\\s]+\\s*=[^,]*(,\\s*[^=,\\s]+\\s*=[^,]*)*$' })),
+  OTEL_SERVICE_NAME: Type.Optional(Type.String({ minLength: 1, maxLength: 256 })),
+  OTEL_RESOURCE_ATTRIBUTES: Type.Optional(Type.String({ pattern: '^\\s*[^=,\\s]+\\s*=[^,]*(,\\s*[^=,\\s]+\\s*=[^,]*)*$' })),
+  OTEL_TRACES_SAMPLER: Type.Optional(
+    Type.Union(['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'].map((l) => Type.Literal(l))),
+  ),
+  OTEL_TRACES_SAMPLER_ARG: Type.Optional(Type.String({ pattern: '^(0(\\.[0-9]+)?|1(\\.0+)?)$' })),
+  OTEL_BSP_SCHEDULE_DELAY: Type.Optional(Int()),
+  OTEL_GENAI_CAPTURE_CONTENT: Type.Optional(Bool),
   LOG_LEVEL: Type.Optional(
     Type.Union(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l))),
   ),
@@ -80,6 +92,22 @@ export interface Config {
   /** Shut down when the launcher that started this process (`bun start`) is gone (docs/deployment.md). */
   exitWithLauncher: boolean
   logLevel: string
+  /** Traces over OTLP/HTTP, or null when no endpoint is set (docs/observability.md). */
+  tracing: TracingConfig | null
+}
+
+export interface TracingConfig {
+  /** Where spans are POSTed: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given, or OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces. */
+  url: string
+  /** OTEL_EXPORTER_OTLP_HEADERS, decoded (values are secrets: never logged). */
+  headers: Record<string, string>
+  serviceName: string
+  resourceAttributes: Record<string, string>
+  sampler: string
+  samplerArg: number
+  scheduleDelayMs: number
+  /** Prompts and completions on GenAI spans (OTEL_GENAI_CAPTURE_CONTENT=true); off by default. */
+  captureContent: boolean
 }
 
 export class ConfigError extends Error {
@@ -98,7 +126,9 @@ export function loadConfig(source: Record<string, string | undefined> = process.
   const first = Value.Errors(Env, raw).First()
   if (first) {
     const variable = first.path.replace(/^\//, '')
-    throw new ConfigError(variable, `is invalid (${JSON.stringify(raw[variable])}): ${first.message}`)
+    // The exporter's headers carry credentials: named, never shown.
+    const shown = variable === 'OTEL_EXPORTER_OTLP_HEADERS' ? '[redacted]' : JSON.stringify(raw[variable])
+    throw new ConfigError(variable, `is invalid (${shown}): ${first.message}`)
   }
   const env = raw as Env
   const int = (name: keyof Env, fallback: number, min = 0, max = Number.MAX_SAFE_INTEGER) => {
@@ -146,5 +176,38 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     // `bun start` is a launcher process with the service as its child: watched by default then only.
     exitWithLauncher: env.EXIT_WITH_LAUNCHER === undefined ? env.npm_lifecycle_event !== undefined : bool(env.EXIT_WITH_LAUNCHER),
     logLevel: env.LOG_LEVEL ?? 'info',
+    tracing: tracingConfig(env, int, bool),
   }
+}
+
+function tracingConfig(env: Env, int: (name: keyof Env, fallback: number, min?: number, max?: number) => number, bool: (v: string | undefined) => boolean): TracingConfig | null {
+  const base = env.OTEL_EXPORTER_OTLP_ENDPOINT
+  const url = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? (base ? `${base.replace(/\/+$/, '')}/v1/traces` : undefined)
+  if (!url) return null
+  return {
+    url,
+    headers: keyValues(env.OTEL_EXPORTER_OTLP_HEADERS, 'OTEL_EXPORTER_OTLP_HEADERS'),
+    serviceName: env.OTEL_SERVICE_NAME ?? 'agent-platform-api',
+    resourceAttributes: keyValues(env.OTEL_RESOURCE_ATTRIBUTES, 'OTEL_RESOURCE_ATTRIBUTES'),
+    sampler: env.OTEL_TRACES_SAMPLER ?? 'parentbased_always_on',
+    samplerArg: env.OTEL_TRACES_SAMPLER_ARG === undefined ? 1 : Number(env.OTEL_TRACES_SAMPLER_ARG),
+    // The SDK's default: spans leave in batches every 5 s (and at shutdown).
+    scheduleDelayMs: int('OTEL_BSP_SCHEDULE_DELAY', 5000, 1, 600_000),
+    captureContent: bool(env.OTEL_GENAI_CAPTURE_CONTENT),
+  }
+}
+
+/** `k1=v1,k2=v2` with percent-encoded values (the W3C Baggage form the OTEL_* lists use). */
+function keyValues(text: string | undefined, variable: string): Record<string, string> {
+  const out: Record<string, string> = {}
+  if (!text) return out
+  for (const pair of text.split(',')) {
+    const at = pair.indexOf('=')
+    try {
+      out[decodeURIComponent(pair.slice(0, at).trim())] = decodeURIComponent(pair.slice(at + 1).trim())
+    } catch {
+      throw new ConfigError(variable, 'is invalid: a key or value is not valid percent-encoding')
+    }
+  }
+  return out
 }

@@ -5,6 +5,7 @@ import { DELIVERY_MACHINE_VERSION, type DeliveryContext, type DeliveryStatus } f
 import type { Persisted } from '../machines/runner'
 import type { Sql, Tx } from './db'
 import { listClauses } from './lists'
+import { traceContext, type TraceCarrier } from '../lib/tracing'
 
 export interface AttemptRecord {
   attempt: number
@@ -29,10 +30,14 @@ export interface DeliveryRow {
   next_attempt_at: Date | null
   created_at: Date
   updated_at: Date
+  /** The trace of the request whose event caused it (docs/observability.md): each attempt's span joins it. */
+  trace_context: TraceCarrier | null
 }
 
 export type NewDelivery = Pick<DeliveryRow, 'id' | 'webhook_id' | 'event_id' | 'event_type' | 'data' | 'status' | 'snapshot' | 'machine_version'> & {
   next_attempt_at: Date
+  /** The event's trace; left out, the active one (a ping made by a request). */
+  trace_context?: TraceCarrier | null
 }
 
 /**
@@ -41,15 +46,19 @@ export type NewDelivery = Pick<DeliveryRow, 'id' | 'webhook_id' | 'event_id' | '
  */
 export async function insertDeliveries(tx: Tx, rows: NewDelivery[]): Promise<{ id: string; next_attempt_at: Date }[]> {
   if (rows.length === 0) return []
-  const values = rows.map((r) => ({ ...r, data: tx.json(r.data as never), snapshot: tx.json(r.snapshot as never) }))
+  const active = traceContext()
+  const values = rows.map((r) => {
+    const trace = r.trace_context === undefined ? active : r.trace_context
+    return { ...r, data: tx.json(r.data as never), snapshot: tx.json(r.snapshot as never), trace_context: trace ? tx.json(trace as never) : null }
+  })
   return tx`
-    insert into webhook_deliveries ${tx(values, 'id', 'webhook_id', 'event_id', 'event_type', 'data', 'status', 'snapshot', 'machine_version', 'next_attempt_at')}
+    insert into webhook_deliveries ${tx(values, 'id', 'webhook_id', 'event_id', 'event_type', 'data', 'status', 'snapshot', 'machine_version', 'next_attempt_at', 'trace_context')}
     on conflict (event_id, webhook_id) do nothing
     returning id, next_attempt_at`
 }
 
 /** A delivery with what sending it needs from its webhook. */
-export interface DeliveryWork extends Pick<DeliveryRow, 'id' | 'webhook_id' | 'event_type' | 'data' | 'snapshot' | 'machine_version' | 'attempts_count' | 'next_attempt_at'> {
+export interface DeliveryWork extends Pick<DeliveryRow, 'id' | 'webhook_id' | 'event_type' | 'data' | 'snapshot' | 'machine_version' | 'attempts_count' | 'next_attempt_at' | 'trace_context'> {
   url: string
   enabled: boolean
   secret_encrypted: string
@@ -65,7 +74,7 @@ export interface DeliveryWork extends Pick<DeliveryRow, 'id' | 'webhook_id' | 'e
 export async function lockDeliveriesForWork(tx: Tx, ids: string[]): Promise<DeliveryWork[]> {
   if (ids.length === 0) return []
   return tx<DeliveryWork[]>`
-    select d.id, d.webhook_id, d.event_type, d.data, d.snapshot, d.machine_version, d.attempts_count, d.next_attempt_at,
+    select d.id, d.webhook_id, d.event_type, d.data, d.snapshot, d.machine_version, d.attempts_count, d.next_attempt_at, d.trace_context,
            w.url, w.enabled, w.secret_encrypted, w.previous_secret_encrypted, w.previous_secret_expires_at
     from webhook_deliveries d join webhooks w on w.id = d.webhook_id
     where d.id in ${tx(ids)} and d.machine_version <= ${DELIVERY_MACHINE_VERSION}

@@ -7,6 +7,7 @@ import type { Sql, Tx } from './db'
 import type { LeaseTable } from './leases'
 import { writeRowTransition } from './transitions'
 import { inWorkspaces, listClauses, type WorkspaceScope } from './lists'
+import { traceJson, type TraceCarrier } from './trace-context'
 
 export type RunStatus = 'running' | 'completed' | 'failed' | 'cancelled'
 
@@ -42,6 +43,8 @@ export interface RunRow {
   depth: number
   /** What a run parked on a human_input node waits on. */
   waiting: RunWaiting | null
+  /** The trace of the request (or parent node) that started it (docs/observability.md): the run's spans are its children. */
+  trace_context: TraceCarrier | null
 }
 
 export interface RunWaiting {
@@ -65,9 +68,9 @@ export async function insertRun(
   r: Pick<RunRow, 'id' | 'workflow_id' | 'workflow_version' | 'workspace_id' | 'user_id' | 'inputs' | 'snapshot' | 'machine_version' | 'request_id'>,
 ): Promise<RunRow> {
   const [row] = await sql<RunRow[]>`
-    insert into runs (id, workflow_id, workflow_version, workspace_id, user_id, status, inputs, snapshot, machine_version, request_id)
+    insert into runs (id, workflow_id, workflow_version, workspace_id, user_id, status, inputs, snapshot, machine_version, request_id, trace_context)
     values (${r.id}, ${r.workflow_id}, ${r.workflow_version}, ${r.workspace_id}, ${r.user_id}, 'running',
-            ${sql.json(r.inputs as never)}, ${sql.json(r.snapshot as never)}, ${r.machine_version}, ${r.request_id})
+            ${sql.json(r.inputs as never)}, ${sql.json(r.snapshot as never)}, ${r.machine_version}, ${r.request_id}, ${traceJson(sql)})
     returning *`
   return row!
 }
@@ -128,10 +131,10 @@ export async function insertChildRun(
 ): Promise<RunRow> {
   const [row] = await sql<RunRow[]>`
     insert into runs (id, workflow_id, workflow_version, workspace_id, user_id, status, inputs, snapshot, machine_version, request_id,
-                      parent_run_id, parent_node, item_index, depth)
+                      parent_run_id, parent_node, item_index, depth, trace_context)
     values (${r.id}, ${r.workflow_id}, ${r.workflow_version}, ${r.workspace_id}, ${r.user_id}, 'running',
             ${sql.json(r.inputs as never)}, ${sql.json(r.snapshot as never)}, ${r.machine_version}, ${r.request_id},
-            ${r.parent_run_id}, ${r.parent_node}, ${r.item_index}, ${r.depth})
+            ${r.parent_run_id}, ${r.parent_node}, ${r.item_index}, ${r.depth}, ${traceJson(sql)})
     on conflict (parent_run_id, parent_node, coalesce(item_index, -1)) where parent_run_id is not null do nothing
     returning *`
   if (row) return row

@@ -4,6 +4,7 @@ import { DocumentSandbox, type SandboxLimits } from '../domain/knowledge/sandbox
 import { documentDefinition } from '../machines/document.machine'
 import * as store from '../store/knowledge'
 import { LeaseWorker } from './lease-worker'
+import { contextFrom, tracingOn, withSpan } from '../lib/tracing'
 
 /** A worker holds a document this long without a heartbeat; heartbeats come every third of it. */
 export const DOCUMENT_LEASE_MS = 15_000
@@ -40,7 +41,24 @@ export class DocumentWorker extends LeaseWorker<store.DocumentRow> {
     await this.sandbox.close()
   }
 
+  /** With tracing on, a claim's ingestion is a span of the upload request's trace (`trace_context`), its stages its children. */
   protected async work(doc: store.DocumentRow, ac: AbortController) {
+    if (!tracingOn) return this.ingest(doc, ac)
+    return withSpan('document.ingest', () => ({
+      document_id: doc.id,
+      knowledge_base_id: doc.knowledge_base_id,
+      workspace_id: doc.workspace_id,
+      'document.type': doc.doc_type,
+      'document.size_bytes': doc.size_bytes,
+      'document.attempt': doc.attempts,
+    }), async (span) => {
+      const done = await this.ingest(doc, ac)
+      if (done) span.setAttribute('document.status', done.status)
+      return done
+    }, { parent: contextFrom(doc.trace_context) })
+  }
+
+  private async ingest(doc: store.DocumentRow, ac: AbortController) {
     const kb = await store.findKnowledgeBase(this.deps.db.sql, doc.knowledge_base_id)
     return kb ? ingestDocument(this.deps, this.owner, doc, kb, this.sandbox, ac.signal) : null
   }

@@ -44,7 +44,7 @@ export class FanOut extends PollingLoop {
         if (!e.workspace_id || e.type === 'webhook.test') continue
         for (const h of hooks) {
           if (h.workspace_id !== e.workspace_id || !h.events.includes(e.type)) continue
-          rows.push(newDelivery(this.d.config, { webhook_id: h.id, event_id: e.id, event_type: e.type, data: e.data }, { manual: false, now }))
+          rows.push({ ...newDelivery(this.d.config, { webhook_id: h.id, event_id: e.id, event_type: e.type, data: e.data }, { manual: false, now }), trace_context: e.trace_context })
         }
       }
       const inserted = await insertDeliveries(tx, rows)

@@ -14,6 +14,7 @@ import * as runs from '../store/runs'
 import { getWorkflowVersion } from '../store/workflows'
 import { LeaseWorker } from './lease-worker'
 import type { TimerHandler } from './timers'
+import { contextFrom, contextWith, failSpan, markError, runIn, startSpan, tracingOn, type Context, type Span } from '../lib/tracing'
 
 export { RUN_TIMER }
 /** A worker holds a run this long without a heartbeat; heartbeats come every third of it. */
@@ -86,8 +87,31 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
     return super.step()
   }
 
+  /**
+   * With tracing on, each claim's drive is a span of the trace that started the run (the request,
+   * or the parent run's node: `trace_context`), its nodes' spans its children (docs/observability.md).
+   */
   protected work(run: runs.RunRow, ac: AbortController) {
-    return this.drive(run, ac)
+    if (!tracingOn) return this.drive(run, ac, null)
+    const parent = contextFrom(run.trace_context)
+    const span = startSpan('workflow.run', {
+      run_id: run.id,
+      workflow_id: run.workflow_id,
+      'workflow.version': run.workflow_version,
+      workspace_id: run.workspace_id,
+      ...(run.parent_run_id ? { parent_run_id: run.parent_run_id } : {}),
+      ...(run.request_id ? { request_id: run.request_id } : {}),
+    }, { parent })
+    const ctx = contextWith(span, parent)
+    return runIn(ctx, () => this.drive(run, ac, { span, ctx })).then(
+      () => span.end(),
+      (err) => {
+        if (err instanceof RunNotRunning) span.setAttribute('run.stopped', err.message)
+        else failSpan(span, err)
+        span.end()
+        throw err
+      },
+    )
   }
 
   protected failed(run: runs.RunRow, err: unknown) {
@@ -114,7 +138,7 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
    * snapshot, persisted before the next node executes. A write refused because a person's input
    * landed meanwhile (the run still ours) is computed again from the row as it now is.
    */
-  private async drive(claimed: runs.RunRow, ac: AbortController) {
+  private async drive(claimed: runs.RunRow, ac: AbortController, traced: { span: Span; ctx: Context } | null) {
     let run = claimed
     const graph = await this.graph(run)
     const byId = new Map(graph.nodes.map((n) => [n.id, n]))
@@ -138,7 +162,7 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
     const launch = (id: string) => {
       const node = byId.get(id)!
       if (HELD.has(node.type) || inFlight.has(id)) return
-      track(id, () => this.runNode(run, graph, node, ac, transit, children, (attempt, until) => retry(id, attempt, until)))
+      track(id, () => this.runNode(run, graph, node, ac, transit, children, (attempt, until) => retry(id, attempt, until), traced?.ctx ?? null))
     }
     /** The next attempt of a node after its back-off: started (persisted), then executed. */
     const retry = (id: string, attempt: number, until: number) => {
@@ -150,7 +174,7 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
           return { events: [{ type: 'node.started', node: id, at, attempt }], log: [startEvent(byId.get(id)!, at, attempt)] }
         })
         if (run.snapshot.context.progress[id]?.status === 'running') {
-          await this.runNode(run, graph, byId.get(id)!, ac, transit, children, (a, u) => retry(id, a, u))
+          await this.runNode(run, graph, byId.get(id)!, ac, transit, children, (a, u) => retry(id, a, u), traced?.ctx ?? null)
         }
       })
     }
@@ -182,6 +206,10 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
           run = saved
           await published(this.deps.redis, run)
           if (run.status !== 'running') {
+            if (traced) {
+              traced.span.setAttribute('run.status', run.status)
+              if (run.status === 'failed') markError(traced.span, run.error?.message ?? 'the run failed')
+            }
             ac.abort(new RunNotRunning(`run ${run.status}`))
             if (run.status !== 'completed') await cancelDescendants(this.deps, run.id)
           } else for (const id of started) launch(id)
@@ -264,6 +292,7 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
     transit: Transit,
     children: ChildPort,
     retry: (attempt: number, until: number) => void,
+    traceCtx: Context | null,
   ) {
     const started = Date.now()
     const progress = run.snapshot.context.progress
@@ -292,9 +321,16 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
         reject(err)
       }, node.timeout_ms)
     })
+    const span = traceCtx ? startSpan(`workflow.node ${node.type}`, {
+      run_id: run.id,
+      node_id: node.id,
+      'node.type': node.type,
+      'node.attempt': attempt,
+      workspace_id: run.workspace_id,
+    }, { parent: traceCtx }) : null
     let result: NodeResult
     try {
-      const work = executors[node.type](node, {
+      const execute = () => executors[node.type](node, {
         vars,
         signal: attemptAc.signal,
         config: this.deps.config,
@@ -311,12 +347,17 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
           }
         },
       })
+      const work = span ? runIn(contextWith(span, traceCtx!), execute) : execute()
       result = await (timedOut ? Promise.race([work, timedOut]) : work)
       await flush()
     } catch (err) {
-      if (ac.signal.aborted) throw new RunNotRunning('aborted')
+      if (ac.signal.aborted) {
+        span?.setAttribute('node.outcome', 'aborted')
+        throw new RunNotRunning('aborted')
+      }
       const timeout = attemptAc.signal.reason instanceof NodeError ? attemptAc.signal.reason : null
       const e = timeout ?? (err instanceof NodeError ? err : new NodeError('internal', (err as Error).message))
+      if (span) failSpan(span, e)
       const durationMs = Date.now() - started
       const policy = node.retry
       if (policy && attempt < policy.max_attempts && retryable(e.code)) {
@@ -334,6 +375,7 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
     } finally {
       clearTimeout(timer)
       ac.signal.removeEventListener('abort', abortAttempt)
+      span?.end()
     }
     const durationMs = Date.now() - started
     await transit(() => ({

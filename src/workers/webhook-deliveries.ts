@@ -10,6 +10,7 @@ import * as store from '../store/deliveries'
 import { clearFailureStreaks, recordFailures } from '../store/webhooks'
 import type { TimerHandler, Timers } from './timers'
 import { sendDelivery, type SendResult } from './webhook-sender'
+import { contextFrom, contextWith, failSpan, markError, runIn, SpanKind, startSpan, tracingOn, type TraceCarrier } from '../lib/tracing'
 
 export const DELIVERY_TIMER = 'delivery'
 
@@ -21,6 +22,7 @@ interface Sending {
   event: string
   data: Record<string, unknown>
   secrets: string[]
+  trace: TraceCarrier | null
 }
 
 interface Finished {
@@ -150,6 +152,7 @@ export class DeliveryWorker implements TimerHandler {
           event: row.event_type,
           data: row.data,
           secrets: this.secretsOf(row, now),
+          trace: row.trace_context,
         })
       }
       await store.saveDeliveries(tx, updates)
@@ -177,7 +180,34 @@ export class DeliveryWorker implements TimerHandler {
     return plain
   }
 
+  /**
+   * One attempt, in a span of the trace of the request whose event caused the delivery (its
+   * retries too: each attempt is a child of that request's span, docs/observability.md).
+   */
   private async send(job: Sending) {
+    if (!tracingOn) return this.attempt(job)
+    const parent = contextFrom(job.trace)
+    const span = startSpan(`webhook ${job.event}`, {
+      delivery_id: job.id,
+      webhook_id: job.webhookId,
+      'webhook.event': job.event,
+      'webhook.attempt': job.attempt,
+      'http.request.method': 'POST',
+    }, { parent, kind: SpanKind.CLIENT })
+    try {
+      const result = await runIn(contextWith(span, parent), () => this.attempt(job))
+      if (result.record.status_code !== null) span.setAttribute('http.response.status_code', result.record.status_code)
+      span.setAttribute('webhook.outcome', result.ok ? 'succeeded' : result.retryable ? 'retryable' : 'failed')
+      if (!result.ok) markError(span, result.record.error ?? 'the attempt failed')
+    } catch (err) {
+      failSpan(span, err)
+      throw err
+    } finally {
+      span.end()
+    }
+  }
+
+  private async attempt(job: Sending): Promise<SendResult> {
     let result: SendResult
     try {
       result = await sendDelivery({
@@ -199,6 +229,7 @@ export class DeliveryWorker implements TimerHandler {
     // Results are saved in batches: at once when many are waiting, else after 2 ms of gathering.
     if (this.results.length >= 100) this.flush()
     else this.flushTimer ??= setTimeout(() => this.flush(), 2)
+    return result
   }
 
   private flush() {

@@ -1,6 +1,7 @@
 import { checkUrlShape, resolveAllowed, UnsafeUrlError, type UrlPolicy } from '../lib/net-guard'
 import { serviceSignature, standardSignature } from '../lib/signing'
 import type { AttemptRecord } from '../store/deliveries'
+import { injectTraceRecord, tracingOn } from '../lib/tracing'
 
 export const USER_AGENT = 'agent-platform-api-webhooks/0.1.0'
 const EXCERPT_BYTES = 1024
@@ -78,6 +79,8 @@ export async function sendDelivery(input: SendInput): Promise<SendResult> {
   }
   const { body, headers } = buildRequest(input)
   headers.host = new URL(input.url).host
+  // The attempt's span (src/workers/webhook-deliveries.ts) is the receiver's parent.
+  if (tracingOn) injectTraceRecord(headers)
   let res: Response
   try {
     res = await fetch(target, {

@@ -41,7 +41,35 @@ test('an empty environment gives the defaults of docs/deployment.md', () => {
     dataDirLockWaitMs: 30_000,
     exitWithLauncher: false,
     logLevel: 'info',
+    tracing: null,
   })
+})
+
+test('OTEL_* variables: the traces URL, decoded headers and resource attributes, the sampler (docs/observability.md)', () => {
+  const c = loadConfig({
+    OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/',
+    OTEL_EXPORTER_OTLP_HEADERS: 'x-api-key=a%20b,tenant=t1',
+    OTEL_RESOURCE_ATTRIBUTES: 'deployment.environment=prod',
+    OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+    OTEL_TRACES_SAMPLER_ARG: '0.25',
+    OTEL_GENAI_CAPTURE_CONTENT: 'true',
+  })
+  expect(c.tracing).toEqual({
+    url: 'http://collector:4318/v1/traces',
+    headers: { 'x-api-key': 'a b', tenant: 't1' },
+    serviceName: 'agent-platform-api',
+    resourceAttributes: { 'deployment.environment': 'prod' },
+    sampler: 'parentbased_traceidratio',
+    samplerArg: 0.25,
+    scheduleDelayMs: 5000,
+    captureContent: true,
+  })
+  expect(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://a:4318', OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://b:4318/traces' }).tracing!.url).toBe('http://b:4318/traces')
+  expect(failure({ OTEL_TRACES_SAMPLER: 'sometimes' }).variable).toBe('OTEL_TRACES_SAMPLER')
+  // A malformed header list is named, its value (credentials) never shown.
+  const bad = failure({ OTEL_EXPORTER_OTLP_HEADERS: 'secret-token-without-equals' })
+  expect(bad.variable).toBe('OTEL_EXPORTER_OTLP_HEADERS')
+  expect(bad.message).not.toContain('secret-token')
 })
 
 test('started through a package script (bun start), the process follows its launcher unless told not to', () => {

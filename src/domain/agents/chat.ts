@@ -15,6 +15,7 @@ import { createRun, waitForRun } from '../workflows/runs'
 import { loadOwnedWithRole } from '../workspaces'
 import { agentTools, parseArguments, runTool, searchPassages, type Tool, type ToolContext } from './tools'
 import { round6 } from '../../lib/usage'
+import { activeContext, capped, captureContent, markError, tracingOn, withSpan } from '../../lib/tracing'
 
 export interface ChatInput {
   message: string
@@ -115,13 +116,25 @@ export async function prepareTurn(deps: Deps, caller: Caller, agentId: string, i
     return conv
   })
   deps.events.nudge()
+  // The request's span, captured here: a streamed turn runs after the route has answered.
+  const parent = tracingOn ? activeContext() : undefined
 
   return {
     agent,
     conversation,
     run: (onEvent, signal) => {
       const turn = new TurnRunner(deps, caller, agent, conversation, input, history, requestId, onEvent, signal)
-      return chatflowInputs ? turn.chatflow(chatflowInputs) : turn.agentLoop()
+      const go = () => (chatflowInputs ? turn.chatflow(chatflowInputs) : turn.agentLoop())
+      if (!tracingOn) return go()
+      return withSpan(`invoke_agent ${agent.name}`, () => ({
+        'gen_ai.operation.name': 'invoke_agent',
+        'gen_ai.agent.id': agent.id,
+        'gen_ai.agent.name': agent.name,
+        'gen_ai.conversation.id': conversation.id,
+        agent_id: agent.id,
+        workspace_id: agent.workspace_id,
+        request_id: requestId,
+      }), go, { parent })
     },
   }
 }
@@ -203,7 +216,7 @@ class TurnRunner {
     const results = await Promise.all(
       calls.map(async (call) => {
         const t0 = performance.now()
-        const r = await runTool(tools, call.function.name, call.function.arguments, ctx)
+        const r = tracingOn ? await this.tracedTool(tools, call, ctx) : await runTool(tools, call.function.name, call.function.arguments, ctx)
         return { ...r, duration_ms: Math.round(performance.now() - t0) }
       }),
     )
@@ -213,6 +226,29 @@ class TurnRunner {
       this.toolCalls.push({ tool: call.function.name, input: r.input, output: r.output, duration_ms: r.duration_ms })
       this.onEvent({ event: 'tool_result', data: { output: r.output, duration_ms: r.duration_ms } })
     }
+  }
+
+  /** A tool call in its `execute_tool` span, a child of the turn's (docs/observability.md); the tool's own HTTP call carries its traceparent. */
+  private tracedTool(tools: Map<string, Tool>, call: ToolCall, ctx: ToolContext) {
+    const name = call.function.name
+    return withSpan(`execute_tool ${name}`, () => ({
+      'gen_ai.operation.name': 'execute_tool',
+      'gen_ai.tool.name': name,
+      'gen_ai.tool.call.id': call.id,
+      ...(tools.has(name) ? { 'gen_ai.tool.type': tools.get(name)!.definition.type } : {}),
+      agent_id: this.agent.id,
+      workspace_id: this.agent.workspace_id,
+      ...(captureContent ? { 'gen_ai.tool.call.arguments': capped(call.function.arguments) } : {}),
+    }), async (span) => {
+      const r = await runTool(tools, name, call.function.arguments, ctx)
+      const error = (r.output as { error?: { code?: string; message?: string } }).error
+      if (error && typeof error === 'object') {
+        span.setAttribute('error.type', String(error.code ?? 'tool_error'))
+        markError(span, String(error.message ?? 'the tool failed'))
+      }
+      if (captureContent) span.setAttribute('gen_ai.tool.call.result', capped(r.output))
+      return r
+    })
   }
 
   private toolContext(): ToolContext {

@@ -8,6 +8,7 @@ import { commitDocument, DocumentGone, originalKey, type DocumentExtra } from '.
 export { DocumentGone }
 import type { DocType } from './parse'
 import { type DocumentSandbox, SandboxAborted, SandboxCrashed, SandboxFailure } from './sandbox'
+import { activeSpan, markError, tracingOn, withSpan } from '../../lib/tracing'
 
 /** How many chunks one embedding call carries (local-embed: ~20 ms of the event loop for 64). */
 const EMBED_BATCH = 64
@@ -75,7 +76,12 @@ export async function ingestDocument(
     }
     if (doc.attempts > MAX_ATTEMPTS) throw new IngestFailure('ingestion_failed', `ingestion was interrupted ${doc.attempts - 1} times (a worker died or the embedding model was unavailable)`)
     const settings = doc.snapshot.context.chunking ?? kb.chunking
-    const chunks = await parseAndChunk(deps, owner, doc, settings, sandbox, signal)
+    // Parsing and chunking are one step of the document process (sandbox.ts): one span.
+    const chunks = await withSpan('document.parse', () => ({ document_id: doc.id, 'document.type': doc.doc_type }), async (span) => {
+      const out = await parseAndChunk(deps, owner, doc, settings, sandbox, signal)
+      span.setAttribute('document.chunks', out.length)
+      return out
+    })
     if (doc.status === 'parsing') await advance([{ type: 'parsed' }])
     if (chunks.length === 0) throw new IngestFailure('empty_document', 'the document has no text to index')
     if (doc.status === 'chunking') await advance([{ type: 'chunked', chunks: chunks.length }])
@@ -85,6 +91,7 @@ export async function ingestDocument(
   } catch (err) {
     if (!(err instanceof IngestFailure)) throw err
     await advance([{ type: 'failed', code: err.code, message: err.message }])
+    if (tracingOn) markError(activeSpan(), `${err.code}: ${err.message}`)
   }
   return doc
 }
@@ -126,7 +133,8 @@ async function embedAndWrite(deps: Deps, owner: string, doc: store.DocumentRow, 
     const batch = missing.slice(i, i + EMBED_BATCH)
     let vectors: number[][]
     try {
-      ;({ vectors } = await deps.models.embed({ workspaceId: doc.workspace_id, requestId: doc.id }, model, batch.map((c) => c.content), signal))
+      ;({ vectors } = await withSpan('document.embed', () => ({ document_id: doc.id, 'document.chunks': batch.length, 'gen_ai.request.model': model.id }), () =>
+        deps.models.embed({ workspaceId: doc.workspace_id, requestId: doc.id }, model, batch.map((c) => c.content), signal)))
     } catch (err) {
       if (signal.aborted) throw new DocumentGone('stopped')
       const code = err instanceof AppError ? err.code : 'internal_error'
@@ -135,17 +143,22 @@ async function embedAndWrite(deps: Deps, owner: string, doc: store.DocumentRow, 
     }
     const wrong = vectors.find((v) => v.length !== kb.dimensions)
     if (wrong) throw new IngestFailure('embedding_failed', `${model.id} answered ${wrong.length} dimensions; the knowledge base holds ${kb.dimensions}`)
-    const rows = insertBatch(deps)
-    for (let k = 0; k < batch.length; k += rows) {
-      const inserted = await store.insertChunks(
-        deps.db.sql,
-        { id: doc.id, knowledge_base_id: doc.knowledge_base_id, generation: doc.generation, metadata: doc.metadata, owner },
-        kb.dimensions,
-        batch.slice(k, k + rows).map((c, n) => ({ ...c, embedding: vectors[k + n]! })),
-      )
-      if (inserted === null) throw new DocumentGone(`document ${doc.id} was deleted, restarted or taken over`)
-      // A turn of the event loop between statements: requests waiting on it go first.
-      await new Promise((resolve) => setImmediate(resolve))
-    }
+    await withSpan('document.write', () => ({ document_id: doc.id, 'document.chunks': batch.length }), () => writeChunks(deps, owner, doc, kb, batch, vectors))
+  }
+}
+
+/** One embedded batch's chunks, written a few rows a statement (insertBatch). */
+async function writeChunks(deps: Deps, owner: string, doc: store.DocumentRow, kb: store.KnowledgeBaseRow, batch: Chunk[], vectors: number[][]) {
+  const rows = insertBatch(deps)
+  for (let k = 0; k < batch.length; k += rows) {
+    const inserted = await store.insertChunks(
+      deps.db.sql,
+      { id: doc.id, knowledge_base_id: doc.knowledge_base_id, generation: doc.generation, metadata: doc.metadata, owner },
+      kb.dimensions,
+      batch.slice(k, k + rows).map((c, n) => ({ ...c, embedding: vectors[k + n]! })),
+    )
+    if (inserted === null) throw new DocumentGone(`document ${doc.id} was deleted, restarted or taken over`)
+    // A turn of the event loop between statements: requests waiting on it go first.
+    await new Promise((resolve) => setImmediate(resolve))
   }
 }

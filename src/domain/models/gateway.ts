@@ -8,6 +8,7 @@ import { charge, checkBudget, price } from '../credits'
 import type { Catalog, ModelSpec, ModelType } from './catalog'
 import { CircuitBreaker } from './circuit-breaker'
 import { ProviderError, type ChatChunk, type ChatCompletion, type ChatRequest, type Provider, type Usage } from './types'
+import { capped, captureContent, contextWith, failSpan, runIn, SpanKind, startSpan, tracingOn, type Attributes, type Span } from '../../lib/tracing'
 
 /** Who a call is for: the workspace charged and the request that made it. */
 export interface CallContext {
@@ -49,10 +50,30 @@ export class Gateway {
   }
 
   async chat(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal): Promise<ChatCompletion & { credits: number }> {
-    if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
-    const completion = await this.failover(ctx, model, signal, (provider, route) => provider.chat({ ...req, model: route.model }, signal))
-    const credits = await this.charge(ctx, model, 'chat', completion.usage.prompt_tokens, completion.usage.completion_tokens)
-    return { ...completion, model: model.id, credits }
+    const span = tracingOn ? callSpan('chat', ctx, model, chatAttributes(req)) : null
+    try {
+      if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
+      const call = () => this.failover(ctx, model, signal, (provider, route) => provider.chat({ ...req, model: route.model }, signal), span)
+      const completion = await (span ? runIn(contextWith(span), call) : call())
+      const credits = await this.charge(ctx, model, 'chat', completion.usage.prompt_tokens, completion.usage.completion_tokens)
+      if (span) {
+        span.setAttributes({
+          'gen_ai.response.id': completion.id,
+          'gen_ai.response.model': completion.model,
+          'gen_ai.response.finish_reasons': completion.choices.map((c) => c.finish_reason ?? 'unknown'),
+          'gen_ai.usage.input_tokens': completion.usage.prompt_tokens,
+          'gen_ai.usage.output_tokens': completion.usage.completion_tokens,
+          credits,
+        })
+        if (captureContent) span.setAttribute('gen_ai.output.messages', capped(completion.choices.map((c) => ({ ...c.message, finish_reason: c.finish_reason }))))
+      }
+      return { ...completion, model: model.id, credits }
+    } catch (err) {
+      if (span) failSpan(span, err)
+      throw err
+    } finally {
+      span?.end()
+    }
   }
 
   /**
@@ -61,14 +82,33 @@ export class Gateway {
    * chunk carries the usage with its credits (`choices: []`, as OpenAI's `include_usage` does).
    * Whatever was produced is charged, also when the client went away or the upstream failed.
    */
-  async *chatStream(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal): AsyncGenerator<ChatChunk> {
+  chatStream(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal): AsyncGenerator<ChatChunk> {
+    // With tracing off the stream is the generator itself: no delegating layer per chunk.
+    return tracingOn ? this.tracedStream(ctx, model, req, signal) : this.stream(ctx, model, req, signal, null)
+  }
+
+  private async *tracedStream(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal): AsyncGenerator<ChatChunk> {
+    const span = callSpan('chat', ctx, model, { ...chatAttributes(req), 'gen_ai.request.stream': true })
+    try {
+      yield* this.stream(ctx, model, req, signal, span)
+    } catch (err) {
+      failSpan(span, err)
+      throw err
+    } finally {
+      span.end()
+    }
+  }
+
+  private async *stream(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal, span: Span | null): AsyncGenerator<ChatChunk> {
     if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
     let first: IteratorResult<ChatChunk> | null = null
-    const iterator = await this.failover(ctx, model, signal, async (provider, route) => {
+    const call = () => this.failover(ctx, model, signal, async (provider, route) => {
       const it = provider.chatStream({ ...req, model: route.model }, signal)[Symbol.asyncIterator]()
       first = await it.next()
       return it
-    })
+    }, span)
+    const iterator = await (span ? runIn(contextWith(span), call) : call())
+    const finishes: string[] = []
     let usage: Usage | null = null
     let produced = ''
     let last: ChatChunk | null = null
@@ -77,6 +117,15 @@ export class Gateway {
       charged = true
       usage ??= { prompt_tokens: countChatTokens(req.messages), completion_tokens: countTokens(produced), total_tokens: 0 }
       usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
+      if (span) {
+        span.setAttributes({
+          'gen_ai.usage.input_tokens': usage.prompt_tokens,
+          'gen_ai.usage.output_tokens': usage.completion_tokens,
+          'gen_ai.response.finish_reasons': finishes,
+          ...(last ? { 'gen_ai.response.id': last.id, 'gen_ai.response.model': last.model } : {}),
+        })
+        if (captureContent) span.setAttribute('gen_ai.output.messages', capped([{ role: 'assistant', content: produced, finish_reason: finishes[0] ?? null }]))
+      }
       return this.charge(ctx, model, 'chat', usage.prompt_tokens, usage.completion_tokens)
     }
     try {
@@ -84,7 +133,10 @@ export class Gateway {
         const chunk = step.value
         if (chunk.usage) usage = { ...chunk.usage }
         if (chunk.choices.length === 0) continue
-        for (const c of chunk.choices) produced += c.delta.content ?? ''
+        for (const c of chunk.choices) {
+          produced += c.delta.content ?? ''
+          if (span && c.finish_reason) finishes.push(c.finish_reason)
+        }
         last = chunk
         yield { ...chunk, model: model.id, usage: undefined }
       }
@@ -96,6 +148,21 @@ export class Gateway {
   }
 
   async embed(ctx: CallContext, model: ModelSpec, inputs: string[], signal: AbortSignal): Promise<{ vectors: number[][]; tokens: number; credits: number }> {
+    if (!tracingOn) return this.embedding(ctx, model, inputs, signal, null)
+    const span = callSpan('embeddings', ctx, model, { 'gen_ai.embeddings.input_count': inputs.length })
+    try {
+      const result = await runIn(contextWith(span), () => this.embedding(ctx, model, inputs, signal, span))
+      span.setAttributes({ 'gen_ai.usage.input_tokens': result.tokens, credits: result.credits })
+      return result
+    } catch (err) {
+      failSpan(span, err)
+      throw err
+    } finally {
+      span.end()
+    }
+  }
+
+  private async embedding(ctx: CallContext, model: ModelSpec, inputs: string[], signal: AbortSignal, span: Span | null): Promise<{ vectors: number[][]; tokens: number; credits: number }> {
     if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
     const result = await this.failover(ctx, model, signal, async (provider, route) => {
       const vectors: number[][] = []
@@ -107,16 +174,26 @@ export class Gateway {
         tokens += part.tokens
       }
       return { vectors, tokens }
-    })
+    }, span)
     const credits = await this.charge(ctx, model, 'embedding', result.tokens, 0)
     return { ...result, credits }
   }
 
   async rerank(ctx: CallContext, model: ModelSpec, query: string, documents: string[], topN: number | undefined, signal: AbortSignal) {
-    if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
-    const result = await this.failover(ctx, model, signal, (provider, route) => provider.rerank(route.model, query, documents, topN, signal))
-    const credits = await this.charge(ctx, model, 'rerank', result.tokens, 0)
-    return { ...result, credits }
+    const span = tracingOn ? callSpan('rerank', ctx, model, { 'gen_ai.rerank.document_count': documents.length, ...(captureContent ? { 'gen_ai.input.messages': capped(query) } : {}) }) : null
+    try {
+      if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
+      const call = () => this.failover(ctx, model, signal, (provider, route) => provider.rerank(route.model, query, documents, topN, signal), span)
+      const result = await (span ? runIn(contextWith(span), call) : call())
+      const credits = await this.charge(ctx, model, 'rerank', result.tokens, 0)
+      span?.setAttributes({ 'gen_ai.usage.input_tokens': result.tokens, credits })
+      return { ...result, credits }
+    } catch (err) {
+      if (span) failSpan(span, err)
+      throw err
+    } finally {
+      span?.end()
+    }
   }
 
   /**
@@ -124,12 +201,14 @@ export class Gateway {
    * available; when every route is cooling down they are tried anyway (failing fast on all of them
    * would turn a brief outage into a long one).
    */
-  private async failover<T>(ctx: CallContext, model: ModelSpec, signal: AbortSignal, call: (provider: Provider, route: Route) => Promise<T>): Promise<T> {
+  private async failover<T>(ctx: CallContext, model: ModelSpec, signal: AbortSignal, call: (provider: Provider, route: Route) => Promise<T>, span: Span | null = null): Promise<T> {
     const open = model.routes.filter((r) => this.breaker.allows(key(r)))
     const routes = open.length > 0 ? open : model.routes
     let last: ProviderError | null = null
     for (const [i, route] of routes.entries()) {
       const provider = this.d.providers.get(route.provider)!
+      // The route that answers names the provider (a failover overwrites the one that failed).
+      span?.setAttributes({ 'gen_ai.provider.name': provider.kind, 'gen_ai.route.provider': route.provider, 'gen_ai.route.model': route.model })
       try {
         const result = await call(provider, route)
         this.breaker.succeeded(key(route))
@@ -143,6 +222,7 @@ export class Gateway {
           throw new AppError('upstream_error', `provider ${route.provider} failed: ${err.message}`)
         }
         this.breaker.failed(key(route))
+        span?.addEvent('gen_ai.failover', { provider: route.provider, reason: err.failover, ...(err.status !== null ? { status: err.status } : {}) })
         last = err
         const next = routes[i + 1]
         if (next) await this.announce(ctx, model, route, next, err)
@@ -180,3 +260,25 @@ export class Gateway {
 }
 
 const key = (r: Route) => `${r.provider}/${r.model}`
+
+/** A GenAI client span (OpenTelemetry's GenAI semantic conventions: docs/observability.md). */
+function callSpan(op: 'chat' | 'embeddings' | 'rerank', ctx: CallContext, model: ModelSpec, extra: Attributes): Span {
+  return startSpan(`${op} ${model.id}`, {
+    'gen_ai.operation.name': op,
+    'gen_ai.request.model': model.id,
+    workspace_id: ctx.workspaceId,
+    request_id: ctx.requestId,
+    ...extra,
+  }, { kind: SpanKind.CLIENT })
+}
+
+/** A chat request's parameters, and its messages only when content capture is on. */
+function chatAttributes(req: Omit<ChatRequest, 'model'>): Attributes {
+  const a: Attributes = {}
+  if (req.temperature !== undefined) a['gen_ai.request.temperature'] = req.temperature
+  if (req.max_tokens !== undefined) a['gen_ai.request.max_tokens'] = req.max_tokens
+  if (req.top_p !== undefined) a['gen_ai.request.top_p'] = req.top_p
+  if (req.tools?.length) a['gen_ai.request.tools'] = req.tools.map((t) => t.function.name)
+  if (captureContent) a['gen_ai.input.messages'] = capped(req.messages)
+  return a
+}

@@ -3,7 +3,8 @@ import type { Deps } from '../../deps'
 import { authentication } from './auth'
 import { bodies } from './bodies'
 import { errors } from './errors'
-import { requestId } from './request-id'
+import { requestId, requestSpan } from './request-id'
+import { tracingOn } from '../../lib/tracing'
 import { respond, responder } from './respond'
 import { securityHeaders } from './security-headers'
 
@@ -24,7 +25,10 @@ export { STREAMED_BODY } from './bodies'
  */
 export function conventions(deps: Deps) {
   const exit = responder(deps)
-  return new Elysia({ name: 'conventions' })
+  const app = new Elysia({ name: 'conventions' })
+  // Only when tracing is on: a wrapped handler costs every request a closure, even a no-op one.
+  if (tracingOn) app.use(requestSpan())
+  return app
     .use(requestId())
     .use(securityHeaders(deps.config))
     .use(bodies(deps.config))

@@ -1,6 +1,7 @@
 import { Elysia } from 'elysia'
 import { newId } from '../../lib/ids'
-import { initState, pathOf } from './request-state'
+import { contextOfRequest, contextWith, failSpan, markError, runIn, SpanKind, startSpan, type Span } from '../../lib/tracing'
+import { initState, pathOf, stateOf } from './request-state'
 
 const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
@@ -16,4 +17,65 @@ export function requestId() {
     initState(request, id, pathOf(request.url))
     set.headers['x-request-id'] = id
   })
+}
+
+const SPAN = Symbol('request-span')
+type WithSpan = Request & { [SPAN]?: Span }
+
+/**
+ * The server span of every request (docs/observability.md), registered only when tracing is on:
+ * Elysia's `wrap` runs each request's handler inside the span's context (an incoming `traceparent`
+ * is its parent), so the spans of what the request does (runs it stores, model calls) are its
+ * children. The route template names it once matched; paths themselves are never recorded (an
+ * inbound hook's path carries its token).
+ */
+export function requestSpan() {
+  return new Elysia({ name: 'conventions.request-span' })
+    .wrap(((fn: (r: Request) => unknown) => (request: Request) => traceRequest(request, fn)) as never)
+    .onTransform({ as: 'global' }, ({ request, route, params }) => {
+      const span = (request as WithSpan)[SPAN]
+      if (!span) return
+      span.updateName(`${request.method} ${route}`)
+      span.setAttribute('http.route', route)
+      // The workspace a path names (/v1/workspaces/{id}/...); a restricted key's is added at the end.
+      const p = params as Record<string, string> | undefined
+      const ws = p?.workspace_id ?? (p?.id && route.includes('/v1/workspaces/:id') ? p.id : undefined)
+      if (ws) span.setAttribute('workspace_id', ws)
+    })
+}
+
+function traceRequest(request: Request, fn: (r: Request) => unknown): unknown {
+  const parent = contextOfRequest(request.headers)
+  const span = startSpan(request.method, { 'http.request.method': request.method }, { parent, kind: SpanKind.SERVER })
+  ;(request as WithSpan)[SPAN] = span
+  let out: unknown
+  try {
+    out = runIn(contextWith(span, parent), () => fn(request))
+  } catch (err) {
+    failSpan(span, err)
+    span.end()
+    throw err
+  }
+  if (out instanceof Promise) {
+    return out.then(
+      (res) => (endRequestSpan(span, request, res), res),
+      (err) => {
+        failSpan(span, err)
+        span.end()
+        throw err
+      },
+    )
+  }
+  endRequestSpan(span, request, out)
+  return out
+}
+
+function endRequestSpan(span: Span, request: Request, res: unknown) {
+  const status = res instanceof Response ? res.status : 200
+  const state = stateOf(request)
+  span.setAttribute('request_id', state.id)
+  span.setAttribute('http.response.status_code', status)
+  if (state.caller?.workspaceId) span.setAttribute('workspace_id', state.caller.workspaceId)
+  if (status >= 500) markError(span, `answered ${status}`)
+  span.end()
 }

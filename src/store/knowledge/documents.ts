@@ -5,6 +5,7 @@ import type { Sql, Tx } from '../db'
 import type { LeaseTable } from '../leases'
 import { listClauses } from '../lists'
 import { writeRowTransition } from '../transitions'
+import { traceJson, type TraceCarrier } from '../trace-context'
 
 /** Documents: their rows, their leases and the document machine's transitions. */
 export interface DocumentRow {
@@ -33,6 +34,8 @@ export interface DocumentRow {
   created_by: string
   created_at: Date
   updated_at: Date
+  /** The upload request's trace (docs/observability.md): the ingestion's spans are its children. */
+  trace_context: TraceCarrier | null
 }
 
 export async function insertDocument(
@@ -40,9 +43,9 @@ export async function insertDocument(
   d: Pick<DocumentRow, 'id' | 'knowledge_base_id' | 'workspace_id' | 'name' | 'doc_type' | 'group' | 'size_bytes' | 'sha256' | 'metadata' | 'status' | 'snapshot' | 'machine_version' | 'created_by'>,
 ): Promise<DocumentRow> {
   const [row] = await sql<DocumentRow[]>`
-    insert into documents (id, knowledge_base_id, workspace_id, name, doc_type, "group", size_bytes, sha256, metadata, status, snapshot, machine_version, created_by)
+    insert into documents (id, knowledge_base_id, workspace_id, name, doc_type, "group", size_bytes, sha256, metadata, status, snapshot, machine_version, created_by, trace_context)
     values (${d.id}, ${d.knowledge_base_id}, ${d.workspace_id}, ${d.name}, ${d.doc_type}, ${d.group}, ${d.size_bytes}, ${d.sha256},
-            ${sql.json(d.metadata as never)}, ${d.status}, ${sql.json(d.snapshot as never)}, ${d.machine_version}, ${d.created_by})
+            ${sql.json(d.metadata as never)}, ${d.status}, ${sql.json(d.snapshot as never)}, ${d.machine_version}, ${d.created_by}, ${traceJson(sql)})
     returning *`
   return row!
 }

@@ -1,6 +1,7 @@
 import { createParser, type EventSourceMessage } from 'eventsource-parser'
 import type { ResolvedProvider } from '../catalog'
 import { failoverFor, ProviderError } from '../types'
+import { injectTraceRecord, tracingOn } from '../../../lib/tracing'
 
 /**
  * The HTTP plumbing both remote adapters share: one POST under a deadline, the status → ProviderError
@@ -102,9 +103,12 @@ async function errorFor(res: Response, p: ResolvedProvider): Promise<ProviderErr
 }
 
 function send(u: Upstream, signal: AbortSignal): Promise<Response> {
+  const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json', ...u.headers }
+  // The gateway's GenAI span is the upstream's parent (docs/observability.md).
+  if (tracingOn) injectTraceRecord(headers)
   return fetch(`${u.provider.base_url}${u.path}`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'application/json', ...u.headers },
+    headers,
     body: JSON.stringify(u.body),
     signal,
   })

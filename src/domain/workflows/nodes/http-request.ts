@@ -2,6 +2,7 @@ import { checkUrlShape, resolveAllowed, UnsafeUrlError, type UrlPolicy } from '.
 import { renderDeep, renderText } from '../templates'
 import { NodeError, type Executor, type Variables } from '../types'
 import { abortedError, invalidConfig } from './common'
+import { injectTrace, SpanKind, tracingOn, withSpan } from '../../../lib/tracing'
 
 export const USER_AGENT = 'agent-platform-api-workflows/0.1.0'
 const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD']
@@ -94,7 +95,18 @@ export async function sendHttp(call: HttpCall): Promise<{ status: number; header
     throw new NodeError('ssrf_refused', `url ${redact(raw)} ${err.message}`)
   }
   headers.set('host', url.host)
+  if (tracingOn) return withSpan(`HTTP ${method}`, () => ({ 'http.request.method': method, 'server.address': url.hostname }), async (span) => {
+    // The span is the receiver's parent; the URL's path and query (which may hold a token) are not recorded.
+    injectTrace(headers)
+    const answer = await fetchCapped(target, url, call, signal, failed)
+    span.setAttribute('http.response.status_code', answer.status)
+    return answer
+  }, { kind: SpanKind.CLIENT })
+  return fetchCapped(target, url, call, signal, failed)
+}
 
+async function fetchCapped(target: URL, url: URL, call: HttpCall, signal: AbortSignal, failed: (err: unknown) => NodeError) {
+  const { method, headers, body } = call
   try {
     const res = await fetch(target, {
       method,
