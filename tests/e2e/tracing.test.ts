@@ -8,6 +8,7 @@ import { generateKey } from '../../src/domain/api-keys'
 import { createCertificate, type Certificate } from '../helpers/certificate'
 import { startCluster } from '../helpers/cluster'
 import { startFakeProvider, writeModelsFile, type FakeProvider } from '../helpers/fake-provider'
+import { startMcpServer, type McpTestServer } from '../helpers/mcp-server'
 import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver'
 import { apiCall, EMBEDDED, killAll, spawnService, type ServiceProcess } from '../helpers/process'
 import { startReceiver, type Receiver } from '../helpers/receiver'
@@ -38,6 +39,7 @@ let fake: FakeProvider
 let certificate: Certificate
 let hooks: Receiver
 let tool: Server<undefined>
+let mcp: McpTestServer
 const toolRequests: Record<string, string>[] = []
 let models: { dir: string; file: string }
 let svc: Service
@@ -93,6 +95,7 @@ async function completion(s: Service, workspace: string, content: string) {
 
 beforeAll(async () => {
   otlp = await startOtlpReceiver()
+  mcp = await startMcpServer()
   fake = await startFakeProvider()
   certificate = createCertificate()
   hooks = await startReceiver({ certificate, hostname: (await lookup('localhost', { all: true, verbatim: true }))[0]!.address })
@@ -124,6 +127,7 @@ afterAll(async () => {
   await fake?.close()
   await hooks?.close()
   await tool?.stop(true)
+  await mcp?.close()
   rmSync(models.dir, { recursive: true, force: true })
 })
 
@@ -244,6 +248,26 @@ describe('traces exported over OTLP/HTTP (protobuf)', () => {
     const http = await otlp.waitFor((spans) => spans.find((s) => s.spanId === tp.parentId), 'the tool call\'s HTTP span')
     expect(http.parentSpanId).toBe(exec.spanId)
     expect(http.attributes['http.response.status_code']).toBe(200)
+  }, 30_000)
+
+  test('an agent turn with an MCP tool: execute_tool under the turn, and the tools/call request carries its traceparent to the MCP server', async () => {
+    const agent = await call('POST', '/v1/agents', {
+      workspace_id: ws, name: 'Mcp tracer', type: 'agent', model: 'fake-chat', tools: [{ type: 'mcp', name: 'crm', server_url: mcp.url, allowed_tools: ['lookup'] }],
+    })
+    expect(agent.status).toBe(201)
+    fake.script('up-chat', [{ toolCalls: [{ id: 'call_m', name: 'crm__lookup', arguments: { id: 'T-1' } }] }, { text: 'T-1 is open.' }])
+    const before = mcp.requests.length
+    const res = await call('POST', `/v1/agents/${agent.body.data.id}/chat`, { message: 'Is T-1 open?', user_id: 'u1' })
+    expect(res.status).toBe(200)
+    const server = await serverSpan(res.headers.get('x-request-id')!)
+    const exec = await otlp.waitFor((spans) => spans.find((s) => s.traceId === server.traceId && s.name === 'execute_tool crm__lookup'), 'the execute_tool span')
+    expect(exec.attributes).toMatchObject({ 'gen_ai.tool.name': 'crm__lookup', 'gen_ai.tool.call.id': 'call_m' })
+    const [callRequest] = mcp.requests.slice(before).filter((r) => r.rpc.includes('tools/call'))
+    const tp = parseTraceparent(callRequest!.headers.traceparent)
+    expect(tp).toEqual({ traceId: server.traceId, parentId: exec.spanId })
+    // Listing the tools happened inside the turn too, in the same trace.
+    const [list] = mcp.requests.slice(before).filter((r) => r.rpc.includes('tools/list'))
+    expect(parseTraceparent(list!.headers.traceparent).traceId).toBe(server.traceId)
   }, 30_000)
 
   test('a webhook delivery retried (500, then 200): both attempts in the trace of the request whose event caused it; traceparent reaches the receiver', async () => {
