@@ -39,6 +39,8 @@ const SUITES: Suite[] = [
   ...(SERVER ? [{ name: 'schedules', script: 'bench/schedules.ts', about: 'Schedules (1 000 ticks, 2 workers)' }] : []),
   { name: SERVER ? 'knowledge-server' : 'knowledge', script: 'bench/knowledge.ts', about: 'Knowledge bases' },
   { name: 'agents', script: 'bench/agents.ts', about: 'Agents' },
+  { name: 'mcp', script: 'bench/mcp.ts', about: 'MCP tools (an agent turn calling one)' },
+  { name: 'tracing', script: 'bench/tracing.ts', about: 'Tracing on vs off (OTLP to a loopback collector)' },
   { name: 'console', script: 'bench/console.ts', about: 'Console' },
   { name: 'hostile-documents', script: 'bench/hostile-documents.ts', about: 'Hostile documents (embedded)' },
   { name: 'soak', script: 'bench/soak.ts', about: 'Soak (3 min mixed)' },
