@@ -13,7 +13,7 @@ import { LocalFileStore } from './store/files'
 import { migrate } from './store/migrate'
 import { templateDir } from './store/pglite-template'
 import { openRedis, type RedisPort } from './store/redis'
-import { IDEMPOTENCY_PREFIX } from './routes/plugins/idempotency'
+import { IDEMPOTENCY_PREFIX } from './store/idempotency'
 import { Timers } from './workers/timers'
 
 let destination: ReturnType<typeof pino.destination> | null = null

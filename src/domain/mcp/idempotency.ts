@@ -1,7 +1,7 @@
 import type { Logger } from 'pino'
 import { sha256Hex } from '../../lib/crypto'
 import { AppError } from '../../lib/errors'
-import { IDEMPOTENCY_PREFIX, IDEMPOTENCY_TTL_MS } from '../../routes/plugins/idempotency'
+import { claimRecord, IDEMPOTENCY_PREFIX, settleRecord } from '../../store/idempotency'
 import type { RedisPort } from '../../store/redis'
 
 /**
@@ -12,9 +12,6 @@ import type { RedisPort } from '../../store/redis'
  * created twice. Records live in the same store, under the same prefix (journaled in DATA_DIR
  * without Redis), for the same 24 h.
  */
-
-/** Longer than a synchronous run may wait (SYNC_RUN_TIMEOUT_MS, 2 min by default), as for REST. */
-const IN_FLIGHT_TTL_MS = 10 * 60 * 1000
 
 export interface CallScope {
   /** The API key that sent the call. */
@@ -36,19 +33,6 @@ export interface ToolResult {
   isError?: boolean
 }
 
-interface Pending {
-  s: 'pending'
-  f: string
-}
-interface Done {
-  s: 'done'
-  f: string
-  result: ToolResult
-}
-
-/** Outcomes a retry may change are not kept, as for REST: bad input, conflicts, rate limits, outages. */
-const NOT_KEPT = (status: number) => status === 400 || status === 401 || status === 409 || status === 429 || status >= 500
-
 /**
  * Runs `execute` once per (key, session, JSON-RPC id): a retry gets the stored result. `execute`
  * answers the result and the HTTP status its REST twin would have had (whether it is kept).
@@ -60,32 +44,14 @@ export async function oncePerId(
   args: unknown,
   execute: () => Promise<{ result: ToolResult; status: number }>,
 ): Promise<ToolResult> {
-  const { redis } = deps
   const key = `${IDEMPOTENCY_PREFIX}mcp:${scope.keyId}:${sha256Hex(`${scope.session ?? ''}\n${JSON.stringify(scope.id)}`)}`
   const fingerprint = sha256Hex(`${tool}\n${canonical(args)}`)
-  for (let attempt = 0; attempt < 3; attempt++) {
-    if (await redis.setIfAbsent(key, JSON.stringify({ s: 'pending', f: fingerprint } satisfies Pending), IN_FLIGHT_TTL_MS)) {
-      return executeAndKeep(deps, key, fingerprint, execute)
-    }
-    const raw = await redis.get(key)
-    if (raw === null) continue // expired or released between the two calls: try to take it again
-    const record = JSON.parse(raw) as Pending | Done
-    const id = JSON.stringify(scope.id)
-    if (record.f !== fingerprint) {
-      throw new AppError('idempotency_key_reused', `JSON-RPC id ${id} was used for another tool or other arguments; send each new call with a new id`, { param: 'id' })
-    }
-    if (record.s === 'pending') throw new AppError('idempotency_key_in_use', `the call with JSON-RPC id ${id} is still being processed; retry later`, { param: 'id' })
-    return record.result
-  }
-  throw new AppError('idempotency_key_in_use', 'a call with this JSON-RPC id is contended; retry later', { param: 'id' })
-}
-
-async function executeAndKeep(
-  deps: { redis: RedisPort; log: Logger },
-  key: string,
-  fingerprint: string,
-  execute: () => Promise<{ result: ToolResult; status: number }>,
-): Promise<ToolResult> {
+  const id = JSON.stringify(scope.id)
+  const kept = await claimRecord<{ result: ToolResult }>(deps.redis, key, fingerprint, {
+    reused: () => new AppError('idempotency_key_reused', `JSON-RPC id ${id} was used for another tool or other arguments; send each new call with a new id`, { param: 'id' }),
+    inUse: () => new AppError('idempotency_key_in_use', `the call with JSON-RPC id ${id} is still being processed; retry later`, { param: 'id' }),
+  })
+  if (kept) return kept.result
   let outcome: { result: ToolResult; status: number }
   try {
     outcome = await execute()
@@ -94,8 +60,7 @@ async function executeAndKeep(
     throw err
   }
   try {
-    if (NOT_KEPT(outcome.status)) await deps.redis.del(key)
-    else await deps.redis.set(key, JSON.stringify({ s: 'done', f: fingerprint, result: outcome.result } satisfies Done), IDEMPOTENCY_TTL_MS)
+    await settleRecord(deps.redis, key, fingerprint, outcome.status, { result: outcome.result })
   } catch (err) {
     // The side effect happened; failing the answer now would invite a duplicate retry.
     deps.log.error({ err }, 'could not store the idempotency record of an MCP tool call')

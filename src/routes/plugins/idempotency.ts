@@ -1,36 +1,25 @@
 import type { Logger } from 'pino'
 import { sha256Hex } from '../../lib/crypto'
 import { AppError } from '../../lib/errors'
+import { claimRecord, IDEMPOTENCY_PREFIX, settleRecord, type Refusals } from '../../store/idempotency'
 import type { RedisPort } from '../../store/redis'
 import type { RequestState } from './request-state'
 
 const WRITE_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
 const KEY_FORMAT = /^[\x21-\x7e][\x20-\x7e]{0,254}$/
-/** The replay window (docs/decisions.md, "Idempotency"). */
-export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000
-/**
- * How long an unfinished record blocks its key. Longer than any request may run (synchronous runs
- * answer 202 after SYNC_RUN_TIMEOUT_MS, 2 min by default), short enough that a process that died
- * mid-request does not lock the key for a day.
- */
-const IN_FLIGHT_TTL_MS = 10 * 60 * 1000
-/** Every record's key starts so; the in-process Redis stand-in journals these keys (src/boot.ts). */
-export const IDEMPOTENCY_PREFIX = 'idem:'
-/** Outcomes a retry may change, so they are not kept (docs/decisions.md, "Idempotency"). */
-const NOT_STORED = (status: number) => status === 400 || status === 401 || status === 409 || status === 429 || status >= 500
 /** Response headers worth replaying (what names the resource made); the rest (request id, rate limit) belong to the new request. */
 const REPLAYED_HEADERS = ['content-type', 'location', 'x-conversation-id']
 
-interface Pending {
-  s: 'pending'
-  f: string
-}
-interface Done {
-  s: 'done'
-  f: string
+/** What a finished request keeps for its retries: the answer, byte for byte. */
+interface Kept {
   status: number
   body: string
   headers: Record<string, string>
+}
+
+const REFUSALS: Refusals = {
+  reused: () => new AppError('idempotency_key_reused', 'this Idempotency-Key was used with a different method, path, query or body', { param: 'Idempotency-Key' }),
+  inUse: () => new AppError('idempotency_key_in_use', 'a request with this Idempotency-Key is still being processed; retry later', { param: 'Idempotency-Key' }),
 }
 
 /**
@@ -54,30 +43,15 @@ export async function beginIdempotency(redis: RedisPort, request: Request, state
   const fingerprint = sha256Hex(`${request.method}\n${state.path}\n${query}\n${state.raw ?? ''}`)
   // Scope: the key string and the API key that sent it.
   const redisKey = `${IDEMPOTENCY_PREFIX}${state.caller!.keyId}:${sha256Hex(key)}`
-  for (let attempt = 0; attempt < 3; attempt++) {
-    if (await redis.setIfAbsent(redisKey, JSON.stringify({ s: 'pending', f: fingerprint } satisfies Pending), IN_FLIGHT_TTL_MS)) {
-      state.idem = { key: redisKey, fingerprint }
-      return
-    }
-    const raw = await redis.get(redisKey)
-    if (raw === null) continue // expired or released between the two calls: try to take it again
-    const record = JSON.parse(raw) as Pending | Done
-    if (record.f !== fingerprint) {
-      throw new AppError('idempotency_key_reused', 'this Idempotency-Key was used with a different method, path, query or body', {
-        param: 'Idempotency-Key',
-      })
-    }
-    if (record.s === 'pending') {
-      throw new AppError('idempotency_key_in_use', 'a request with this Idempotency-Key is still being processed; retry later', {
-        param: 'Idempotency-Key',
-      })
-    }
-    return new Response(record.body, {
-      status: record.status,
-      headers: { ...record.headers, 'x-request-id': state.id, 'idempotent-replayed': 'true' },
-    })
+  const record = await claimRecord<Kept>(redis, redisKey, fingerprint, REFUSALS)
+  if (record === null) {
+    state.idem = { key: redisKey, fingerprint }
+    return
   }
-  throw new AppError('idempotency_key_in_use', 'this Idempotency-Key is contended; retry later', { param: 'Idempotency-Key' })
+  return new Response(record.body, {
+    status: record.status,
+    headers: { ...record.headers, 'x-request-id': state.id, 'idempotent-replayed': 'true' },
+  })
 }
 
 /** Stores the final answer for replay, or releases the key when the outcome is not to be kept. */
@@ -92,14 +66,9 @@ export async function completeIdempotency(
   const idem = state.idem!
   state.idem = undefined
   try {
-    if (NOT_STORED(status)) {
-      await redis.del(idem.key)
-      return
-    }
     const kept: Record<string, string> = {}
     for (const h of REPLAYED_HEADERS) if (headers[h] !== undefined) kept[h] = headers[h]
-    const record: Done = { s: 'done', f: idem.fingerprint, status, body, headers: kept }
-    await redis.set(idem.key, JSON.stringify(record), IDEMPOTENCY_TTL_MS)
+    await settleRecord<Kept>(redis, idem.key, idem.fingerprint, status, { status, body, headers: kept })
   } catch (err) {
     // The side effect happened; failing the response now would invite a duplicate retry.
     log.error({ request_id: state.id, err }, 'could not store the idempotency record')
