@@ -1,4 +1,4 @@
--- Webhooks and their deliveries (spec 4.6 and 6, CONTRACT 9).
+-- Webhooks and their deliveries (docs/webhooks.md).
 
 create table webhooks (
   id                        text primary key,

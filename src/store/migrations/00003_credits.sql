@@ -1,4 +1,4 @@
--- Credits (issue 4, CONTRACT 6 and 10): every model call's usage, priced, in a ledger; budgets per
+-- Credits (docs/models.md, "Credits and budgets"): every model call's usage, priced, in a ledger; budgets per
 -- workspace and period with their thresholds.
 
 create table credit_ledger (

@@ -1,4 +1,4 @@
--- Workflow definitions (CONTRACT 6 and 12). Deleting a workflow deletes it for good, with its versions
+-- Workflow definitions (docs/workflows.md). Deleting a workflow deletes it for good, with its versions
 -- and (through the runs table's own foreign key) its runs: no soft delete, nothing to filter out.
 
 create table workflows (

@@ -1,4 +1,4 @@
--- Workflow runs (spec 3 and 4.3, CONTRACT 7): the run machine's snapshot, leases for the workers that
+-- Workflow runs (docs/workflows.md, "Runs"): the run machine's snapshot, leases for the workers that
 -- execute them, and the stored event log that streams replay (with Last-Event-ID).
 
 create table runs (

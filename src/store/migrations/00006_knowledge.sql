@@ -1,4 +1,4 @@
--- Knowledge bases (spec 4.4, CONTRACT 6 and 8): documents ingested by the document machine
+-- Knowledge bases (docs/knowledge.md): documents ingested by the document machine
 -- (src/machines/document.machine.ts) into chunks searched through pgvector and full-text search.
 
 create table knowledge_bases (

@@ -1,4 +1,4 @@
--- Agents and conversations (spec 4.2, CONTRACT 6 and 13). An agent's definition changes in place and
+-- Agents and conversations (docs/agents.md). An agent's definition changes in place and
 -- its version goes up by one; each message records the version that answered it.
 
 create table agents (

@@ -1,4 +1,4 @@
--- The audit trail (issue 9): one row per successful write through the API, with who made it (the
+-- The audit trail (docs/audit.md): one row per successful write through the API, with who made it (the
 -- caller's user_id and API key), what (method and route, the resource), when and the request id.
 -- A workspace's trail goes with it (as all its data does); the deletion itself is recorded with
 -- workspace_id null (and the workspace's id in params), so it outlives the workspace.
