@@ -384,9 +384,18 @@ export function randomBase62(length: number): string {
  * client, the service and the provider each have their own event loop; `models` is its FAKE_MODELS.
  */
 export async function startFakeProvider(models: Record<string, { tokens: number; delayMs?: number; eventWrites?: boolean }>): Promise<{ url: string; pid: number; stop(): void }> {
-  const child = Bun.spawn(['bun', 'run', 'bench/fake-provider-server.ts'], {
+  const child = await spawnListening('bench/fake-provider-server.ts', { FAKE_MODELS: JSON.stringify(models) }, 'the fake provider')
+  return { url: child.words[0]!, pid: child.pid, stop: child.stop }
+}
+
+/**
+ * A helper process of the bench (`bun run <script>` with `env` over this process's), once it has
+ * printed `listening <word> <word>...`: answers those words (its URLs). Killed when this process exits.
+ */
+export async function spawnListening(script: string, env: Record<string, string>, what: string): Promise<{ words: string[]; pid: number; stop(): void }> {
+  const child = Bun.spawn(['bun', 'run', script], {
     cwd: join(import.meta.dir, '..'),
-    env: { ...process.env, FAKE_MODELS: JSON.stringify(models) },
+    env: { ...process.env, ...env },
     stdout: 'pipe',
     stderr: 'inherit',
     stdin: 'ignore',
@@ -394,16 +403,17 @@ export async function startFakeProvider(models: Record<string, { tokens: number;
   process.on('exit', () => child.kill('SIGKILL'))
   const reader = child.stdout.getReader()
   let out = ''
-  while (!/listening (\S+)/.test(out)) {
+  while (!/listening \S+.*\n/.test(out)) {
     const { value, done } = await reader.read()
-    if (done) throw new Error(`the fake provider exited: ${out}`)
+    if (done) throw new Error(`${what} exited: ${out}`)
     out += new TextDecoder().decode(value)
   }
-  // Keep reading, so a later line can never fill the pipe and block the provider.
+  // Keep reading, so a later line can never fill the pipe and block the process.
   void (async () => {
     while (!(await reader.read()).done);
   })()
-  return { url: /listening (\S+)/.exec(out)![1]!, pid: child.pid, stop: () => child.kill('SIGTERM') }
+  const words = /listening (\S+.*)\n/.exec(out)![1]!.trim().split(/\s+/)
+  return { words, pid: child.pid, stop: () => child.kill('SIGTERM') }
 }
 
 /**

@@ -18,7 +18,7 @@
 import { join } from 'node:path'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
-import { freePort, log, machine, percentile, randomBase62, removeDir, sourceVersion, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
+import { freePort, log, machine, percentile, randomBase62, removeDir, sourceVersion, spawnListening, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
 
 const TURNS = Number(process.env.MCP_TURNS ?? 300)
 const WARMUP = Number(process.env.MCP_WARMUP ?? 100)
@@ -34,26 +34,9 @@ const summary = (xs: number[]) => {
 }
 
 async function startUpstreams(): Promise<{ provider: string; mcp: string; stop(): void }> {
-  const child = Bun.spawn(['bun', 'run', 'bench/mcp-upstreams.ts'], {
-    cwd: join(import.meta.dir, '..'),
-    env: { ...process.env, MCP_BENCH_TURNS: String(TURNS + WARMUP + 10) },
-    stdout: 'pipe',
-    stderr: 'inherit',
-    stdin: 'ignore',
-  })
-  process.on('exit', () => child.kill('SIGKILL'))
-  const reader = child.stdout.getReader()
-  let out = ''
-  while (!/listening (\S+) (\S+)/.test(out)) {
-    const { value, done } = await reader.read()
-    if (done) throw new Error(`the upstreams exited: ${out}`)
-    out += new TextDecoder().decode(value)
-  }
-  void (async () => {
-    while (!(await reader.read()).done);
-  })()
-  const [, provider, mcp] = /listening (\S+) (\S+)/.exec(out)!
-  return { provider: provider!, mcp: mcp!, stop: () => child.kill('SIGTERM') }
+  const child = await spawnListening('bench/mcp-upstreams.ts', { MCP_BENCH_TURNS: String(TURNS + WARMUP + 10) }, 'the upstreams')
+  const [provider, mcp] = child.words as [string, string]
+  return { provider, mcp, stop: child.stop }
 }
 
 async function main() {
