@@ -11,7 +11,7 @@
  *   (c) first token of a streamed chat (POST /v1/chat/completions, the fake provider in a process
  *       of its own, FIRST_TOKEN sequential requests), p50                       target on − off < +1 ms
  *
- * Environment: ROUNDS (3), GET_SECONDS (8), RUNS_ASYNC (600), FIRST_TOKEN (200), ONLY (`runs`: figure (b) alone,
+ * Environment: ROUNDS (3), GET_SECONDS (8), RUNS_ASYNC (600), FIRST_TOKEN (200), ON_ENV (JSON: more variables for the "on" service), ONLY (`runs`: figure (b) alone,
  * for a quick comparison; the results file is then not written).
  */
 import { join } from 'node:path'
@@ -66,6 +66,8 @@ async function startService(tracing: boolean, tag: string): Promise<Server> {
       RATE_LIMIT_PER_SECOND: '1000000000', RATE_LIMIT_BURST: '1000000000', LOG_LEVEL: 'warn', MODELS_FILE: modelsFile,
       DATABASE_URL: '', REDIS_URL: '',
       OTEL_EXPORTER_OTLP_ENDPOINT: tracing ? `http://127.0.0.1:${collector.port}` : '',
+      // ON_ENV: more variables for the "on" service (e.g. {"OTEL_TRACES_SAMPLER":"always_off"}).
+      ...(tracing ? (JSON.parse(process.env.ON_ENV ?? '{}') as Record<string, string>) : {}),
     },
     port,
     logFile: join(work, `service-${tag}.log`),
