@@ -143,22 +143,93 @@ const r2 = (n: number) => Math.round(n * 100) / 100
 interface Figures { getRps: number; getCpuUs: number; get: Round; runsPerSecond: number; runCpuUs: number; firstTokenP50: number; firstTokenP99: number }
 const figures: Record<'off' | 'on', Figures[]> = { off: [], on: [] }
 
+/**
+ * METHOD=interleaved: both services (off, on) up at once for the whole measurement, with the same
+ * data, loaded in short alternating bursts (BURSTS pairs of BURST_SECONDS of GET, then pairs of
+ * RUNS_BURST async runs), the order swapped every pair. Drift of the machine (seconds to minutes)
+ * then falls on both alike, and no round pays for a fresh process of its own: the ratio is of the
+ * sums. Figure (c) is left to the default method.
+ */
+async function interleaved() {
+  const BURSTS = Number(process.env.BURSTS ?? 10)
+  const BURST_SECONDS = Number(process.env.BURST_SECONDS ?? 2)
+  const RUNS_BURST = Number(process.env.RUNS_BURST ?? 200)
+  const services = { off: await startService(false, 'off'), on: await startService(true, 'on') }
+  try {
+    const setup = async (service: Server) => {
+      const wsId = (await api(service.url, 'POST', '/v1/workspaces', { name: 'bench tracing' })).body.data.id as string
+      const wf = await api(service.url, 'POST', '/v1/workflows', { workspace_id: wsId, name: 'linear', graph: linearGraph() })
+      return { wsId, wf: wf.body.data.id as string }
+    }
+    const made = { off: await setup(services.off), on: await setup(services.on) }
+    const totals = { off: { requests: 0, seconds: 0, cpuMs: 0, runs: 0, runSeconds: 0, runCpuUs: 0 }, on: { requests: 0, seconds: 0, cpuMs: 0, runs: 0, runSeconds: 0, runCpuUs: 0 } }
+    for (const mode of ['off', 'on'] as const) {
+      await measureOnce(services[mode], { url: `${services[mode].url}/v1/workspaces/${made[mode].wsId}`, seconds: 2, headers: { authorization: `Bearer ${ROOT_KEY}` } }, 1, { connections: CONCURRENCY, threads: 1, scriptDir: work })
+      await runBurst(services[mode], made[mode].wf, RUNS_BURST)
+    }
+    for (let i = 0; i < BURSTS; i++) {
+      for (const mode of (i % 2 === 0 ? ['off', 'on'] : ['on', 'off']) as ('off' | 'on')[]) {
+        const get = await measureOnce(services[mode], { url: `${services[mode].url}/v1/workspaces/${made[mode].wsId}`, seconds: BURST_SECONDS, headers: { authorization: `Bearer ${ROOT_KEY}` } }, 0, { connections: CONCURRENCY, threads: 1, scriptDir: work })
+        if (get.errors > 0) throw new Error(`GET: ${get.errors} errors`)
+        totals[mode].requests += get.requests
+        totals[mode].seconds += get.cpu.wallMs / 1000
+        totals[mode].cpuMs += get.cpu.serverCpuMs
+      }
+    }
+    for (let i = 0; i < BURSTS; i++) {
+      for (const mode of (i % 2 === 0 ? ['off', 'on'] : ['on', 'off']) as ('off' | 'on')[]) {
+        const burst = await runBurst(services[mode], made[mode].wf, RUNS_BURST)
+        totals[mode].runs += RUNS_BURST
+        totals[mode].runSeconds += burst.seconds
+        totals[mode].runCpuUs += burst.cpuMs * 1000
+      }
+    }
+    const rate = (m: 'off' | 'on') => totals[m].requests / totals[m].seconds
+    const runRate = (m: 'off' | 'on') => totals[m].runs / totals[m].runSeconds
+    log(`interleaved, ${BURSTS} pairs: GET off ${Math.round(rate('off'))}/s (${r2((totals.off.cpuMs * 1000) / totals.off.requests)} µs CPU), on ${Math.round(rate('on'))}/s (${r2((totals.on.cpuMs * 1000) / totals.on.requests)} µs CPU): ${r2((100 * rate('on')) / rate('off'))} %; ` +
+      `runs off ${r2(runRate('off'))}/s (${Math.round(totals.off.runCpuUs / totals.off.runs)} µs CPU), on ${r2(runRate('on'))}/s (${Math.round(totals.on.runCpuUs / totals.on.runs)} µs CPU): ${r2((100 * runRate('on')) / runRate('off'))} %; exports ${exported.requests} (${exported.bytes} B)`)
+  } finally {
+    await services.off.stop()
+    await services.on.stop()
+  }
+}
+
+/** `count` async triggers, CONCURRENCY in flight, then until none of the workflow's runs is running: the wall time and the service's CPU. */
+async function runBurst(service: Server, workflowId: string, count: number): Promise<{ seconds: number; cpuMs: number }> {
+  let next = 0
+  const cpu0 = processCpuMs(service.pid)
+  const t0 = performance.now()
+  await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
+    while (next++ < count) {
+      const r = await api(service.url, 'POST', `/v1/workflows/${workflowId}/runs?async=true`, { inputs: {} })
+      if (r.status !== 202) throw new Error(`async trigger answered ${r.status}: ${JSON.stringify(r.body)}`)
+    }
+  }))
+  while ((await api(service.url, 'GET', `/v1/workflows/${workflowId}/runs?status=running&limit=1`)).body.data.length > 0) await Bun.sleep(10)
+  return { seconds: (performance.now() - t0) / 1000, cpuMs: processCpuMs(service.pid) - cpu0 }
+}
+
+function linearGraph() {
+  return {
+    nodes: [
+      { id: 'start', type: 'start', config: {} },
+      ...[1, 2, 3].map((n) => ({ id: `t${n}`, type: 'template', config: { template: `step ${n}` } })),
+      { id: 'end', type: 'end', config: { outputs: { text: '{{nodes.t3.output.text}}' } } },
+    ],
+    edges: ['start', 't1', 't2', 't3', 'end'].slice(1).map((target, k) => ({ source: ['start', 't1', 't2', 't3'][k]!, target })),
+  }
+}
+
 try {
-  for (let i = 0; i < ROUNDS; i++) {
+  if (process.env.METHOD === 'interleaved') await interleaved()
+  else for (let i = 0; i < ROUNDS; i++) {
     for (const mode of (i % 2 === 0 ? ['off', 'on'] : ['on', 'off']) as ('off' | 'on')[]) {
       const tag = `${mode}-${i}`
       const service = await startService(mode === 'on', tag)
       try {
         const ws = await api(service.url, 'POST', '/v1/workspaces', { name: 'bench tracing' })
         const wsId = ws.body.data.id as string
-        const graph = {
-          nodes: [
-            { id: 'start', type: 'start', config: {} },
-            ...[1, 2, 3].map((n) => ({ id: `t${n}`, type: 'template', config: { template: `step ${n}` } })),
-            { id: 'end', type: 'end', config: { outputs: { text: '{{nodes.t3.output.text}}' } } },
-          ],
-          edges: ['start', 't1', 't2', 't3', 'end'].slice(1).map((target, k) => ({ source: ['start', 't1', 't2', 't3'][k]!, target })),
-        }
+        const graph = linearGraph()
         const wf = await api(service.url, 'POST', '/v1/workflows', { workspace_id: wsId, name: 'linear', graph })
         if (wf.status !== 201) throw new Error(`workflow: ${wf.status} ${JSON.stringify(wf.body)}`)
         if (ONLY === 'runs') {
@@ -182,7 +253,7 @@ try {
       }
     }
   }
-  if (ONLY !== 'runs') summarise()
+  if (ONLY !== 'runs' && process.env.METHOD !== 'interleaved') summarise()
 } finally {
   provider.stop()
   await collector.stop(true)
