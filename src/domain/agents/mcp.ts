@@ -1,9 +1,9 @@
-import { createHash } from 'node:crypto'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { FetchLike } from '@modelcontextprotocol/sdk/shared/transport.js'
 import { ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js'
 import ipaddr from 'ipaddr.js'
+import { sha256Hex } from '../../lib/crypto'
 import { checkUrlShape, isPublicAddress, resolveAllowed, UnsafeUrlError, type PinnedAddress, type UrlPolicy } from '../../lib/net-guard'
 import { injectTrace } from '../../lib/tracing'
 
@@ -101,7 +101,7 @@ interface Entry {
 const pool = new Map<string, Entry>()
 
 const keyOf = (s: McpServerSpec) =>
-  createHash('sha256').update(JSON.stringify([s.url, Object.entries(s.sealedHeaders).sort(), s.policy.allowHttp, s.policy.allowPrivate])).digest('base64url')
+  sha256Hex(JSON.stringify([s.url, Object.entries(s.sealedHeaders).sort(), s.policy.allowHttp, s.policy.allowPrivate]))
 
 /** The URL for messages and logs: no query (it may carry a token). */
 export function redactUrl(raw: string): string {

@@ -1,5 +1,5 @@
-import { createHash } from 'node:crypto'
 import type { Deps } from '../../deps'
+import { sha256Hex } from '../../lib/crypto'
 import { AppError } from '../../lib/errors'
 import type { AgentRow, AgentTool } from '../../store/agents'
 import type { Charge } from '../../store/credits'
@@ -53,9 +53,8 @@ const JSON_TYPES: Record<InputSpec['type'], string> = { string: 'string', number
  */
 export async function agentTools(deps: Deps, agent: AgentRow): Promise<Map<string, Tool>> {
   const tools = new Map<string, Tool>()
-  const listings = agent.tools.map((t) =>
-    t.type === 'mcp' ? listMcpTools(mcpServer(deps, t), deps.config.mcpCallTimeoutMs).catch((err: Error) => err) : null,
-  )
+  const servers = agent.tools.map((t) => (t.type === 'mcp' ? mcpServer(deps, t) : null))
+  const listings = servers.map((server) => (server ? listMcpTools(server, deps.config.mcpCallTimeoutMs).catch((err: Error) => err) : null))
   for (const [i, t] of agent.tools.entries()) {
     const name = toolName(t)
     if (t.type === 'mcp') {
@@ -64,7 +63,7 @@ export async function agentTools(deps: Deps, agent: AgentRow): Promise<Map<strin
         deps.log.warn({ agent_id: agent.id, tool: t.name, server_url: redactUrl(t.server_url), reason: listed.message }, 'an MCP server\'s tools could not be listed; they are left out of this turn')
         continue
       }
-      addMcpTools(tools, deps, t, listed)
+      addMcpTools(tools, servers[i]!, t, listed)
     } else if (t.type === 'knowledge_search') {
       tools.set(name, {
         definition: fn(name, t.description ?? 'Searches the knowledge bases of this assistant; answers the passages most relevant to the query.', {
@@ -106,8 +105,7 @@ const mcpServer = (deps: Deps, t: McpTool): McpServerSpec => ({
 })
 
 /** The server's tools (those of `allowed_tools` when given) as `<name>__<tool>`. */
-function addMcpTools(tools: Map<string, Tool>, deps: Deps, t: McpTool, listed: McpToolInfo[]) {
-  const server = mcpServer(deps, t)
+function addMcpTools(tools: Map<string, Tool>, server: McpServerSpec, t: McpTool, listed: McpToolInfo[]) {
   const allowed = t.allowed_tools ? new Set(t.allowed_tools) : null
   for (const m of listed) {
     if (allowed && !allowed.has(m.name)) continue
@@ -128,7 +126,7 @@ export function mcpToolName(prefix: string, tool: string, taken: { has(name: str
   const head = `${prefix}__`
   const plain = head + tool.replace(/[^A-Za-z0-9_-]/g, '_')
   if (plain.length <= 64 && !taken.has(plain)) return plain
-  const hash = createHash('sha256').update(tool).digest('hex').slice(0, 8)
+  const hash = sha256Hex(tool).slice(0, 8)
   return `${plain.slice(0, 64 - 9)}_${hash}`
 }
 
