@@ -95,13 +95,15 @@ export function topicalQuery(seed: number): string {
 const chunkCount = async (text: string) => chunkDocument(await parseDocument('md', new TextEncoder().encode(text)), DEFAULT_CHUNKING).length
 
 /**
- * A Markdown document of document `i`'s subject that the service's chunker (default settings: 256
- * tokens, 32 overlap) cuts into `chunks` chunks: a heading and paragraphs of 4 sentences, as many
- * as the count asks (counted with the chunker itself, so the figure's chunk count is known).
+ * A Markdown document of document `i`'s subject (`clustered`: of cluster i mod CLUSTERS) that the
+ * service's chunker (default settings: 256 tokens, 32 overlap) cuts into `chunks` chunks: a heading
+ * and paragraphs of 4 sentences, as many as the count asks (counted with the chunker itself, so the
+ * figure's chunk count is known).
  */
-export async function sizedDocument(i: number, chunks: number): Promise<{ text: string; chunks: number }> {
+export async function sizedDocument(i: number, chunks: number, corpus: 'topical' | 'clustered' = 'topical'): Promise<{ text: string; chunks: number }> {
   const r = rng(i + 1)
-  const paragraph = () => Array.from({ length: 4 }, () => sentenceOf(r, TOPIC_WORDS[i % TOPICS]!)).join(' ')
+  const vocab = corpus === 'topical' ? TOPIC_WORDS[i % TOPICS]! : CLUSTER_WORDS[i % CLUSTERS]!
+  const paragraph = () => Array.from({ length: 4 }, () => sentenceOf(r, vocab)).join(' ')
   const pool = Array.from({ length: chunks * 2 + 4 }, paragraph)
   const text = (p: number) => `# Document ${i}\n\n${pool.slice(0, p).join('\n\n')}\n`
   // The fewest paragraphs that make `chunks` chunks (the count grows with the paragraphs).

@@ -22,9 +22,12 @@ export async function pendingChunks(_sql: Sql, _kbId: string): Promise<number | 
   return null
 }
 
+/** Every chunk's id and vector of a base ($1), wherever the store keeps it (a statement PGlite's own API runs too). */
+export const CHUNK_VECTORS_SQL = `select id, embedding from chunks where knowledge_base_id = $1`
+
 /** Every chunk's id and vector (pgvector text) of a base. */
 export function chunkVectors(sql: Sql, kbId: string): Promise<{ id: string; embedding: string }[]> {
-  return sql<{ id: string; embedding: string }[]>`select id, embedding::text as embedding from chunks where knowledge_base_id = ${kbId}`
+  return sql.unsafe<{ id: string; embedding: string }[]>(`select id, embedding::text as embedding from (${CHUNK_VECTORS_SQL}) v`, [kbId])
 }
 
 const INDEX = 'chunks_hnsw_384_idx'
@@ -99,7 +102,7 @@ export async function exactTop(sql: Pool, kbId: string, vector: string, filters:
     await tx.unsafe(`set local enable_bitmapscan = ${Object.keys(filters).length > 0 ? 'on' : 'off'}`)
     return tx.unsafe<{ id: string }[]>(
       `select c.id from chunks c join documents d on d.id = c.document_id
-       where c.knowledge_base_id = $1 and c.dims = ${DIMS} and c.generation = d.live_generation and c.metadata @> $3::jsonb
+       where c.knowledge_base_id = $1 and c.dims = ${DIMS} and c.generation = d.live_generation and c.metadata @> $3::text::jsonb
        order by c.embedding::vector(${DIMS}) <=> $2::vector(${DIMS}) limit ${k}`,
       [kbId, vector, JSON.stringify(filters)],
       { prepare: false } as never,
