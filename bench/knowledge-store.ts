@@ -11,6 +11,9 @@ import type { Pool, Sql } from '../src/store/db'
 import * as store from '../src/store/knowledge'
 import { DIMS } from './corpus'
 
+/** Whether new chunks wait for a background indexer (pendingChunks tells how many). */
+export const STORE_HAS_BACKLOG = false
+
 export const STORE = 'chunks written into the HNSW-indexed table inline'
 
 /** pgvector's defaults, which the migration's index uses (it names neither). */
