@@ -111,6 +111,7 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
       events,
       runs: { nudge: () => {} },
       documents: { nudge: () => {} },
+      indexer: { nudge: () => {} },
       files: new LocalFileStore(join(config.dataDir, 'files')),
       models: createGateway({ sql: db.sql, log, catalog, nudgeEvents: () => events.nudge() }),
     }

@@ -30,6 +30,8 @@ export interface Deps {
   runs: { nudge: () => void }
   /** `nudge()` after storing a document (or asking for a reparse) wakes this process' document worker, if it runs one. */
   documents: { nudge: () => void }
+  /** `nudge()` after a document became ready wakes this process' chunk indexer, if it runs one. */
+  indexer: { nudge: () => void }
   /** Uploaded originals (DATA_DIR/files; every process of a deployment must share it). */
   files: FileStore
   /** The model gateway: catalogue, providers, failover, credits. */
