@@ -124,17 +124,32 @@ export class S3FileStore implements FileStore {
   async deletePrefix(prefix: string) {
     const under = `${this.object(prefix)}/`
     try {
-      await this.client.delete(this.object(prefix))
       let startAfter: string | undefined
       for (;;) {
         const page = await this.client.list({ prefix: under, maxKeys: LIST_PAGE, startAfter })
         const keys = (page.contents ?? []).map((c) => c.key)
-        for (let i = 0; i < keys.length; i += DELETES_AT_ONCE) await Promise.all(keys.slice(i, i + DELETES_AT_ONCE).map((k) => this.client.delete(k)))
+        for (let i = 0; i < keys.length; i += DELETES_AT_ONCE) await Promise.all(keys.slice(i, i + DELETES_AT_ONCE).map((k) => this.deleteObject(k)))
         if (!page.isTruncated || keys.length === 0) return
         startAfter = keys[keys.length - 1]
       }
     } catch (err) {
       throw this.unavailable(`deleting ${prefix}/`, err)
+    }
+  }
+
+  /**
+   * One object of many, asked again after an InternalError or SlowDown: S3 answers those now and
+   * then under a burst of deletes (and s3rver when deletes in one folder race), and a deleted
+   * knowledge base should not keep its originals for that.
+   */
+  private async deleteObject(object: string) {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.client.delete(object)
+      } catch (err) {
+        const code = (err as { code?: string }).code
+        if (attempt >= 3 || (code !== 'InternalError' && code !== 'SlowDown' && code !== 'ServiceUnavailable')) throw err
+      }
     }
   }
 
