@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { startCluster, type Cluster } from '../helpers/cluster'
 import { waitFor } from '../helpers/harness'
-import { fetchService, killAll, type ServiceProcess } from '../helpers/process'
+import { EMBEDDED, fetchService, killAll, runToExit, type ServiceProcess } from '../helpers/process'
 import { startS3, type S3Server } from '../helpers/s3'
 
 /**
@@ -78,6 +78,25 @@ async function deployment(name: string, env: Record<string, string> = {}) {
     },
   }
 }
+
+// In both modes: configuration is checked before anything is opened.
+describe('a bad STORAGE_URL stops start-up', () => {
+  const tmp = mkdtempSync(join(tmpdir(), 'ap-e2e-storage-config-'))
+  afterAll(() => rmSync(tmp, { recursive: true, force: true }))
+
+  test.each([
+    ['a scheme that is none of the four', { STORAGE_URL: 'ftp://files.example/originals' }, 'configuration: STORAGE_URL is invalid ("ftp://files.example/originals"): expected file:, file:///absolute/path, postgres: or s3://<bucket>/<prefix>'],
+    ['s3:// with a secret but no access key (the secret is not shown)', { STORAGE_URL: 's3://originals/prod', S3_SECRET_ACCESS_KEY: SECRET, S3_ACCESS_KEY_ID: undefined, AWS_ACCESS_KEY_ID: undefined }, 'configuration: S3_ACCESS_KEY_ID (or AWS_ACCESS_KEY_ID) must be set with STORAGE_URL=s3://'],
+  ])('%s', async (_, env, message) => {
+    const dataDir = join(tmp, 'never-used')
+    const { code, output } = await runToExit({ env: { ...EMBEDDED, DATA_DIR: dataDir, ...env } })
+    expect(code).not.toBe(0)
+    expect(output).toContain(message)
+    expect(output).not.toContain(SECRET)
+    expect(output).not.toContain('listening on')
+    expect(existsSync(dataDir)).toBe(false)
+  }, 20_000)
+})
 
 if (!databaseUrl || !redisUrl) {
   describe('storage across processes on different hosts', () => {
