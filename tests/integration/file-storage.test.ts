@@ -129,6 +129,31 @@ describe.each(subjects)('%s', (name, make) => {
     await s.store.delete('kb_large/doc_big')
   })
 
+  test('a file appears only once complete: mid-write, a new key is not found and a replaced one reads as before', async () => {
+    const old = bytes(2000, 6)
+    await s.store.write('kb_mid/doc_old', [old], MAX)
+    const next = bytes(7 << 20, 7)
+    const paused = (reached: PromiseWithResolvers<void>, gate: Promise<void>) =>
+      (async function* () {
+        yield next.subarray(0, 6 << 20)
+        reached.resolve()
+        await gate
+        yield next.subarray(6 << 20)
+      })()
+    const gate = Promise.withResolvers<void>()
+    const reachedNew = Promise.withResolvers<void>()
+    const reachedOld = Promise.withResolvers<void>()
+    const writes = [s.store.write('kb_mid/doc_new', paused(reachedNew, gate.promise), MAX), s.store.write('kb_mid/doc_old', paused(reachedOld, gate.promise), MAX)]
+    await Promise.all([reachedNew.promise, reachedOld.promise])
+    expect(await s.store.read('kb_mid/doc_new').catch((e) => e)).toBeInstanceOf(FileNotFound)
+    expect(await s.store.read('kb_mid/doc_old')).toEqual(old)
+    gate.resolve()
+    await Promise.all(writes)
+    expect(sha256(await s.store.read('kb_mid/doc_new'))).toBe(sha256(next))
+    expect(sha256(await s.store.read('kb_mid/doc_old'))).toBe(sha256(next))
+    await s.store.deletePrefix('kb_mid')
+  })
+
   test('past the limit: TooLarge, and nothing is left (not readable, no partial file, part or upload)', async () => {
     const before = await s.leftovers()
     const data = bytes(11 << 20, 4)
@@ -185,8 +210,9 @@ describe.each(subjects)('%s', (name, make) => {
   })
 
   test('keys are ids: a path that climbs out is refused', async () => {
-    expect(s.store.read('../etc/passwd')).rejects.toThrow('bad file key')
-    expect(s.store.write('kb/../x', [], MAX)).rejects.toThrow('bad file key')
+    await expect(s.store.read('../etc/passwd')).rejects.toThrow('bad file key')
+    await expect(s.store.write('kb/../x', [], MAX)).rejects.toThrow('bad file key')
+    await expect(s.store.deletePrefix('/')).rejects.toThrow('bad file key')
   })
 })
 
