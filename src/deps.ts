@@ -32,7 +32,10 @@ export interface Deps {
   documents: { nudge: () => void }
   /** `nudge()` after a document became ready wakes this process' chunk indexer, if it runs one. */
   indexer: { nudge: () => void }
-  /** Uploaded originals (DATA_DIR/files; every process of a deployment must share it). */
+  /**
+   * Uploaded originals, where STORAGE_URL says: DATA_DIR/files (embedded), PostgreSQL (server mode)
+   * or an S3 bucket; never a disk another process writes (docs/deployment.md, "Where uploaded files live").
+   */
   files: FileStore
   /** The model gateway: catalogue, providers, failover, credits. */
   models: Gateway

@@ -1,6 +1,7 @@
 import type { Deps } from '../../deps'
 import { AppError } from '../../lib/errors'
 import type { DocumentEvent } from '../../machines/document.machine'
+import { FileNotFound, StorageUnavailable } from '../../store/files'
 import * as store from '../../store/knowledge'
 import type { Chunk, ChunkSettings } from './chunk'
 import { commitDocument, DocumentGone, originalKey, type DocumentExtra } from './documents'
@@ -100,11 +101,21 @@ export async function ingestDocument(
  * process crashing leaves it to be claimed again (counted in processing_attempts at the claim).
  */
 async function parseAndChunk(deps: Deps, owner: string, doc: store.DocumentRow, settings: ChunkSettings, sandbox: DocumentSandbox, signal: AbortSignal): Promise<Chunk[]> {
+  // A missing original fails the document; storage that cannot answer now (refused, timed out) is
+  // tried again after the lease, and its last claim fails it saying where; one that refuses (access
+  // denied, no such bucket) fails it at once (docs/knowledge.md, "Statuses").
   const load = async () => {
     try {
       return await deps.files.read(originalKey(doc))
-    } catch {
-      throw new IngestFailure('original_missing', 'the uploaded original is no longer in storage')
+    } catch (err) {
+      if (err instanceof FileNotFound) throw new IngestFailure('original_missing', `the uploaded original is no longer in storage (${deps.files.describe})`)
+      const message = `the uploaded original could not be read: ${err instanceof StorageUnavailable ? err.message : `${(err as Error).message} (${deps.files.describe})`}`
+      if (err instanceof StorageUnavailable && err.transient && doc.attempts < MAX_ATTEMPTS) {
+        // Parsing never started: this claim does not count towards poison_document.
+        await store.finishDocumentProcessing(deps.db.sql, doc.id, owner)
+        throw new RetryLater(message)
+      }
+      throw new IngestFailure('storage_unavailable', message)
     }
   }
   let chunks: Chunk[]
