@@ -90,7 +90,7 @@ async function searched(q: store.SearchQuery) {
     const json = (i: number) => [114, 3802].includes(statement!.types[i]!) && typeof statement!.params[i] === 'string'
     const params = statement!.params.map((p, i) => (json(i) ? JSON.parse(p as string) : statement!.types[i] ? tx.typed(p as never, statement!.types[i]!) : p))
     if (process.env.SHOW_PLAN) console.log((await tx.unsafe(`explain analyze ${statement!.string}`, params as never[])).map((r) => r['QUERY PLAN']).join('\n').replace(/'\[[^\]]*\]'/g, "'[…]'"))
-    return { rows, settings: { ...settings, jit: settings!.jit ?? 'off' }, executed: await explain(tx, statement!.string, params, true) }
+    return { rows, settings: { ...settings!, jit: settings!.jit ?? 'off' }, executed: await explain(tx, statement!.string, params, true) }
   })
 }
 
@@ -172,7 +172,7 @@ describe('384 dimensions (local-embed)', () => {
   test.each([5, 20, 100])('a vector search (limit %d) of a base above EXACT_MAX walks chunks_hnsw_384_idx, with the settings the store sets', async (limit) => {
     const v = randomVector(384)
     const { executed, rows, settings } = await searched({ ...search384(kb, v, limit), mode: 'vector' })
-    expect(settings).toEqual({ iterative: 'relaxed_order', ef: store.efSearchFor(limit), seqscan: 'off', sort: 'off', jit: 'off' })
+    expect(settings as Record<string, unknown>).toEqual({ iterative: 'relaxed_order', ef: store.efSearchFor(limit), seqscan: 'off', sort: 'off', jit: 'off' })
     expect(executed.filter(touchesChunks)).toContain('Index Scan using chunks_hnsw_384_idx')
     expect(executed.filter(touchesChunks).filter((n) => n !== 'Index Scan using chunks_hnsw_384_idx' && !/chunks_kb_idx|chunks_unindexed/.test(n))).toEqual([])
     expect(rows.vector.length).toBe(limit)
