@@ -9,7 +9,7 @@ import { createMetrics } from './lib/metrics'
 import { startTracing, stopTracing } from './lib/tracing'
 import { loadSecretKey, SecretBox } from './lib/secret-box'
 import { openEmbedded, openPostgres, type Database } from './store/db'
-import { LocalFileStore } from './store/files'
+import { openFileStore } from './store/files'
 import { migrate } from './store/migrate'
 import { templateDir } from './store/pglite-template'
 import { openRedis, type RedisPort } from './store/redis'
@@ -98,6 +98,8 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
     const apiKeys = new ApiKeys(db.sql, redis)
     await apiKeys.start()
     const events = { nudge: () => {} }
+    const files = openFileStore(config.storage, db.sql)
+    log.info(`uploaded originals are kept in ${files.describe}`)
     return {
       config,
       db,
@@ -111,7 +113,8 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
       events,
       runs: { nudge: () => {} },
       documents: { nudge: () => {} },
-      files: new LocalFileStore(join(config.dataDir, 'files')),
+      indexer: { nudge: () => {} },
+      files,
       models: createGateway({ sql: db.sql, log, catalog, nudgeEvents: () => events.nudge() }),
     }
   } catch (err) {

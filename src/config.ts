@@ -1,5 +1,8 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
+import { join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import type { S3Settings } from './store/files/s3'
 
 /**
  * The only reader of process.env. Every variable of the configuration table (README.md, "Configuration")
@@ -37,6 +40,22 @@ const Env = Type.Object({
   SHUTDOWN_TIMEOUT_MS: Type.Optional(Int()),
   SSE_HEARTBEAT_MS: Type.Optional(Int()),
   DATA_DIR_LOCK_WAIT_MS: Type.Optional(Int()),
+  // Where uploaded originals live (docs/deployment.md, "Where uploaded files live"), and the usual
+  // variables of S3 clients for s3:// (the S3_* ones first, as Bun's own client reads them).
+  STORAGE_URL: Type.Optional(Type.String({ minLength: 1 })),
+  S3_ACCESS_KEY_ID: Type.Optional(Type.String({ minLength: 1 })),
+  S3_SECRET_ACCESS_KEY: Type.Optional(Type.String({ minLength: 1 })),
+  S3_SESSION_TOKEN: Type.Optional(Type.String({ minLength: 1 })),
+  S3_REGION: Type.Optional(Type.String({ pattern: '^[a-z0-9-]{1,64}$' })),
+  S3_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://' })),
+  S3_VIRTUAL_HOSTED_STYLE: Type.Optional(Bool),
+  AWS_ACCESS_KEY_ID: Type.Optional(Type.String({ minLength: 1 })),
+  AWS_SECRET_ACCESS_KEY: Type.Optional(Type.String({ minLength: 1 })),
+  AWS_SESSION_TOKEN: Type.Optional(Type.String({ minLength: 1 })),
+  AWS_REGION: Type.Optional(Type.String({ pattern: '^[a-z0-9-]{1,64}$' })),
+  AWS_ENDPOINT_URL_S3: Type.Optional(Type.String({ pattern: '^https?://' })),
+  AWS_ENDPOINT_URL: Type.Optional(Type.String({ pattern: '^https?://' })),
+  AWS_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://' })),
   EXIT_WITH_LAUNCHER: Type.Optional(Bool),
   /** Set by `bun run <script>` (and npm): the process was started through a package script. */
   npm_lifecycle_event: Type.Optional(Type.String()),
@@ -94,7 +113,16 @@ export interface Config {
   logLevel: string
   /** Traces over OTLP/HTTP, or null when no endpoint is set (docs/observability.md). */
   tracing: TracingConfig | null
+  /** Where uploaded originals live (STORAGE_URL; docs/deployment.md, "Where uploaded files live"). */
+  storage: StorageConfig
 }
+
+/**
+ * `file`: a directory (DATA_DIR/files by default). `postgres`: the database, reading originals an
+ * older version left in `legacyDir` (DATA_DIR/files) when the table does not have them. `s3`: a
+ * bucket; its secret key and session token are not enumerable, so no log or JSON of the config shows them.
+ */
+export type StorageConfig = { kind: 'file'; dir: string } | { kind: 'postgres'; legacyDir: string | null } | ({ kind: 's3' } & S3Settings)
 
 export interface TracingConfig {
   /** Where spans are POSTed: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given, or OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces. */
@@ -117,6 +145,9 @@ export class ConfigError extends Error {
   }
 }
 
+/** Variables whose values are credentials: a bad one is named, never shown. */
+const SECRETS = new Set(['OTEL_EXPORTER_OTLP_HEADERS', 'S3_SECRET_ACCESS_KEY', 'AWS_SECRET_ACCESS_KEY', 'S3_SESSION_TOKEN', 'AWS_SESSION_TOKEN'])
+
 export function loadConfig(source: Record<string, string | undefined> = process.env): Config {
   const raw: Record<string, string> = {}
   for (const key of Object.keys(Env.properties)) {
@@ -127,7 +158,7 @@ export function loadConfig(source: Record<string, string | undefined> = process.
   if (first) {
     const variable = first.path.replace(/^\//, '')
     // The exporter's headers carry credentials: named, never shown.
-    const shown = variable === 'OTEL_EXPORTER_OTLP_HEADERS' ? '[redacted]' : JSON.stringify(raw[variable])
+    const shown = SECRETS.has(variable) ? '[redacted]' : JSON.stringify(raw[variable])
     throw new ConfigError(variable, `is invalid (${shown}): ${first.message}`)
   }
   const env = raw as Env
@@ -177,7 +208,50 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     exitWithLauncher: env.EXIT_WITH_LAUNCHER === undefined ? env.npm_lifecycle_event !== undefined : bool(env.EXIT_WITH_LAUNCHER),
     logLevel: env.LOG_LEVEL ?? 'info',
     tracing: tracingConfig(env, int, bool),
+    storage: storageConfig(env, bool),
   }
+}
+
+const STORAGE_FORMS = 'expected file:, file:///absolute/path, postgres: or s3://<bucket>/<prefix>'
+
+/**
+ * STORAGE_URL. Unset: DATA_DIR/files with the embedded database, and the database itself in server
+ * mode (DATABASE_URL set), so that processes on different hosts share nothing but PostgreSQL and Redis.
+ */
+function storageConfig(env: Env, bool: (v: string | undefined) => boolean): StorageConfig {
+  const dataFiles = join(env.DATA_DIR ?? './data', 'files')
+  const value = env.STORAGE_URL
+  if (value === undefined) return env.DATABASE_URL ? { kind: 'postgres', legacyDir: dataFiles } : { kind: 'file', dir: dataFiles }
+  if (value === 'postgres:' || value === 'postgresql:') return { kind: 'postgres', legacyDir: dataFiles }
+  if (value === 'file:' || value === 'file://') return { kind: 'file', dir: dataFiles }
+  if (/^file:\/\/\/[^?#]+$/.test(value)) return { kind: 'file', dir: resolve(fileURLToPath(value)) }
+  const s3 = /^s3:\/\/([A-Za-z0-9][A-Za-z0-9._-]{0,62})(\/[^?#]*)?$/.exec(value)
+  if (!s3) {
+    // A URL with credentials in it is not shown.
+    const shown = value.includes('@') ? '[redacted]' : JSON.stringify(value)
+    throw new ConfigError('STORAGE_URL', `is invalid (${shown}): ${STORAGE_FORMS}`)
+  }
+  const prefix = (s3[2] ?? '').replace(/^\/+|\/+$/g, '')
+  if (prefix && !/^[A-Za-z0-9._-]+(\/[A-Za-z0-9._-]+)*$/.test(prefix)) {
+    throw new ConfigError('STORAGE_URL', `is invalid (${JSON.stringify(value)}): the prefix may hold letters, digits, ".", "_", "-" and "/" between them`)
+  }
+  const accessKeyId = env.S3_ACCESS_KEY_ID ?? env.AWS_ACCESS_KEY_ID ?? null
+  const secretAccessKey = env.S3_SECRET_ACCESS_KEY ?? env.AWS_SECRET_ACCESS_KEY ?? null
+  if (!accessKeyId || !secretAccessKey) {
+    throw new ConfigError(accessKeyId ? 'S3_SECRET_ACCESS_KEY' : 'S3_ACCESS_KEY_ID', `(or AWS_${accessKeyId ? 'SECRET_ACCESS_KEY' : 'ACCESS_KEY_ID'}) must be set with STORAGE_URL=s3://…`)
+  }
+  const settings = {
+    kind: 's3' as const,
+    bucket: s3[1]!,
+    prefix,
+    endpoint: env.S3_ENDPOINT ?? env.AWS_ENDPOINT_URL_S3 ?? env.AWS_ENDPOINT_URL ?? env.AWS_ENDPOINT ?? null,
+    region: env.S3_REGION ?? env.AWS_REGION ?? null,
+    accessKeyId,
+    virtualHostedStyle: bool(env.S3_VIRTUAL_HOSTED_STYLE),
+  } as Extract<StorageConfig, { kind: 's3' }>
+  Object.defineProperty(settings, 'secretAccessKey', { value: secretAccessKey, enumerable: false })
+  Object.defineProperty(settings, 'sessionToken', { value: env.S3_SESSION_TOKEN ?? env.AWS_SESSION_TOKEN ?? null, enumerable: false })
+  return settings
 }
 
 function tracingConfig(env: Env, int: (name: keyof Env, fallback: number, min?: number, max?: number) => number, bool: (v: string | undefined) => boolean): TracingConfig | null {

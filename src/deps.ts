@@ -30,7 +30,12 @@ export interface Deps {
   runs: { nudge: () => void }
   /** `nudge()` after storing a document (or asking for a reparse) wakes this process' document worker, if it runs one. */
   documents: { nudge: () => void }
-  /** Uploaded originals (DATA_DIR/files; every process of a deployment must share it). */
+  /** `nudge()` after a document became ready wakes this process' chunk indexer, if it runs one. */
+  indexer: { nudge: () => void }
+  /**
+   * Uploaded originals, where STORAGE_URL says: DATA_DIR/files (embedded), PostgreSQL (server mode)
+   * or an S3 bucket; never a disk another process writes (docs/deployment.md, "Where uploaded files live").
+   */
   files: FileStore
   /** The model gateway: catalogue, providers, failover, credits. */
   models: Gateway

@@ -81,7 +81,7 @@ const DocumentError = t.Object({
   code: t.String({
     examples: ['parse_error'],
     description:
-      'empty_document, parse_error, unsupported_type, embedding_failed, budget_exceeded, ingestion_failed, original_missing, ' +
+      'empty_document, parse_error, unsupported_type, embedding_failed, budget_exceeded, ingestion_failed, original_missing, storage_unavailable, ' +
       'processing_timeout (parsing and chunking over 60 s), processing_memory (over 640 MiB), too_many_chunks (over 20 000), ' +
       'poison_document (reading it never finished three times); docs/knowledge.md "Statuses"',
   }),

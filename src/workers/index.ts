@@ -1,4 +1,5 @@
 import type { Deps } from '../deps'
+import { ChunkIndexer } from './chunk-indexer'
 import { DocumentWorker } from './documents'
 import { FanOut } from './fanout'
 import { rebuildDeliveryTimers, startMaintenance } from './maintenance'
@@ -17,6 +18,7 @@ export interface Workers {
   deliveries: DeliveryWorker
   runs: RunWorker
   documents: DocumentWorker
+  indexer: ChunkIndexer
   schedules: ScheduleWorker
   stop(): Promise<void>
 }
@@ -27,6 +29,7 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
   const runs = new RunWorker(deps)
   const documents = new DocumentWorker(deps)
   const schedules = new ScheduleWorker(deps)
+  const indexer = new ChunkIndexer(deps)
   const loop = new TimerLoop(deps.redis, deps.log, deps.metrics, { [DELIVERY_TIMER]: deliveries, [RUN_TIMER]: runs })
   const fanOut = new FanOut(d)
   const rebuilt = await rebuildDeliveryTimers(d.sql, d.timers)
@@ -35,11 +38,13 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
   deps.events.nudge = () => fanOut.nudge()
   deps.runs.nudge = () => runs.nudge()
   deps.documents.nudge = () => documents.nudge()
+  deps.indexer.nudge = () => indexer.nudge()
   loop.start()
   fanOut.start()
   runs.start()
   documents.start()
   schedules.start()
+  indexer.start()
   const stopMaintenance = startMaintenance(d)
   return {
     fanOut,
@@ -47,13 +52,15 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
     runs,
     documents,
     schedules,
+    indexer,
     async stop() {
       stopMaintenance()
       deps.timers.nudge = () => {}
       deps.events.nudge = () => {}
       deps.runs.nudge = () => {}
       deps.documents.nudge = () => {}
-      await Promise.all([loop.stop(), fanOut.stop(), runs.stop(), documents.stop(), schedules.stop()])
+      deps.indexer.nudge = () => {}
+      await Promise.all([loop.stop(), fanOut.stop(), runs.stop(), documents.stop(), schedules.stop(), indexer.stop()])
       await deliveries.drain()
     },
   }

@@ -8,6 +8,7 @@ import { openEmbedded } from '../../src/store/db'
 import { startCluster, type Cluster } from '../helpers/cluster'
 import { fakeVector } from '../helpers/fake-provider'
 import { waitFor } from '../helpers/harness'
+import { ALL_CHUNKS } from '../helpers/knowledge'
 import { apiCall, EMBEDDED, killAll, spawnService, type ServiceProcess } from '../helpers/process'
 
 /**
@@ -277,11 +278,11 @@ describe('embedded: ingestion survives SIGKILL, delete and re-parse', () => {
     const db = await openEmbedded({ dataDir: join(tmp, 'data') })
     try {
       const sql = db.sql
-      const dup = await sql`select document_id, generation, position from chunks group by 1, 2, 3 having count(*) > 1`
+      const dup = await sql`select document_id, generation, position from ${sql.unsafe(ALL_CHUNKS)} c group by 1, 2, 3 having count(*) > 1`
       expect([...dup]).toEqual([])
       const chunks = await sql<{ document_id: string; generation: number; n: number; positions: number; lo: number; hi: number }[]>`
         select document_id, generation, count(*)::int as n, count(distinct position)::int as positions, min(position)::int as lo, max(position)::int as hi
-        from chunks where knowledge_base_id = ${kbId} group by 1, 2 order by 1, 2`
+        from ${sql.unsafe(ALL_CHUNKS)} c where knowledge_base_id = ${kbId} group by 1, 2 order by 1, 2`
       expect(new Map(chunks.map((c) => [c.document_id, c]))).toEqual(
         new Map([
           [ids.crash, { document_id: ids.crash, generation: 1, n: 300, positions: 300, lo: 0, hi: 299 }],
@@ -375,7 +376,7 @@ if (!databaseUrl || !redisUrl) {
       expect(embed.of('server').slice(2).flatMap((r) => r.inputs.map(positionOf))).toEqual(range(EMBED_BATCH, N))
 
       const [chunks] = await db<{ n: number; positions: number; generations: number }[]>`
-        select count(*)::int as n, count(distinct position)::int as positions, count(distinct generation)::int as generations from chunks where document_id = ${id}`
+        select count(*)::int as n, count(distinct position)::int as positions, count(distinct generation)::int as generations from ${db.unsafe(ALL_CHUNKS)} c where document_id = ${id}`
       expect(chunks).toEqual({ n: N, positions: N, generations: 1 })
       const events = await db<{ type: string; chunks_count: number }[]>`
         select type, (data->>'chunks_count')::int as chunks_count from events where data->>'document_id' = ${id}`

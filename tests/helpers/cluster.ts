@@ -20,8 +20,8 @@ export interface Cluster {
   /** A client on the cluster's database, for assertions and for inserting test data. */
   db: postgres.Sql
   rootKey: string
-  /** Starts one more process of the cluster, with the same environment: an API (`api`) or a worker, ready. */
-  spawn(kind: 'api' | 'worker'): Promise<ServiceProcess>
+  /** Starts one more process of the cluster, with the same environment (`env` over it): an API (`api`) or a worker, ready. */
+  spawn(kind: 'api' | 'worker', env?: Record<string, string>): Promise<ServiceProcess>
   /** Kills the processes, drops the database, flushes and releases the Redis database. */
   close(): Promise<void>
 }
@@ -95,8 +95,8 @@ export async function startCluster(opts: { name: string; workers?: number; apiOn
     processes.push(...workers)
     await Promise.all(workers.map((w) => w.waitForOutput(/workers running \(no HTTP\)/, 30_000)))
     db = postgres(dbUrl.toString(), { max: 2, onnotice: () => {} })
-    const spawn = async (kind: 'api' | 'worker') => {
-      const p = spawnService({ env, args: [kind] })
+    const spawn = async (kind: 'api' | 'worker', extra: Record<string, string> = {}) => {
+      const p = spawnService({ env: { ...env, ...extra }, args: [kind] })
       processes.push(p)
       if (kind === 'api') await p.ready(30_000)
       else await p.waitForOutput(/workers running \(no HTTP\)/, 30_000)

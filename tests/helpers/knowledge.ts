@@ -108,15 +108,20 @@ export interface ChunkRow {
   dims: number
 }
 
-/** Every chunk row of a document (any generation), by generation then position. */
+/** Both parts of the chunk store: indexed (`chunks`) and not yet (`chunks_unindexed`), as one relation. */
+export const ALL_CHUNKS = `(select id, document_id, knowledge_base_id, generation, position, content, heading_path, tokens, metadata, dims from chunks
+  union all select id, document_id, knowledge_base_id, generation, position, content, heading_path, tokens, metadata, dims from chunks_unindexed)`
+
+/** Every chunk row of a document (any generation, indexed or not), by generation then position. */
 export function chunksOf(h: Harness, documentId: string): Promise<ChunkRow[]> {
   return h.deps.db.sql<ChunkRow[]>`
     select id, document_id, knowledge_base_id, generation, position, content, heading_path, tokens, metadata, dims
-    from chunks where document_id = ${documentId} order by generation, position`
+    from ${h.deps.db.sql.unsafe(ALL_CHUNKS)} c where document_id = ${documentId} order by generation, position`
 }
 
 export async function count(h: Harness, table: 'documents' | 'chunks', column: 'knowledge_base_id' | 'document_id' | 'id', value: string): Promise<number> {
-  const [row] = await h.deps.db.sql<{ n: number }[]>`select count(*)::int as n from ${h.deps.db.sql(table)} where ${h.deps.db.sql(column)} = ${value}`
+  const sql = h.deps.db.sql
+  const [row] = await sql<{ n: number }[]>`select count(*)::int as n from ${table === 'chunks' ? sql.unsafe(ALL_CHUNKS) : sql(table)} t where ${sql(column)} = ${value}`
   return row!.n
 }
 

@@ -1,4 +1,4 @@
-import { expect, test } from 'bun:test'
+import { describe, expect, test } from 'bun:test'
 import { ConfigError, loadConfig } from '../../src/config'
 
 /** The ConfigError a load throws. */
@@ -42,6 +42,51 @@ test('an empty environment gives the defaults of docs/deployment.md', () => {
     exitWithLauncher: false,
     logLevel: 'info',
     tracing: null,
+    storage: { kind: 'file', dir: 'data/files' },
+  })
+})
+
+describe('STORAGE_URL (docs/deployment.md, "Where uploaded files live")', () => {
+  const creds = { AWS_ACCESS_KEY_ID: 'AKIDEXAMPLE', AWS_SECRET_ACCESS_KEY: 'the-secret-value' }
+
+  test('unset: DATA_DIR/files when embedded, the database in server mode (reading DATA_DIR/files for older uploads)', () => {
+    expect(loadConfig({ DATA_DIR: '/srv/ap' }).storage).toEqual({ kind: 'file', dir: '/srv/ap/files' })
+    expect(loadConfig({ DATA_DIR: '/srv/ap', DATABASE_URL: 'postgres://db/ap' }).storage).toEqual({ kind: 'postgres', legacyDir: '/srv/ap/files' })
+  })
+
+  test.each([
+    ['file:', { kind: 'file', dir: '/srv/ap/files' }],
+    ['file:///mnt/originals', { kind: 'file', dir: '/mnt/originals' }],
+    ['postgres:', { kind: 'postgres', legacyDir: '/srv/ap/files' }],
+  ])('%s', (value, expected) => {
+    expect(loadConfig({ DATA_DIR: '/srv/ap', STORAGE_URL: value }).storage).toEqual(expected as any)
+  })
+
+  test('s3://bucket/prefix with the AWS_* variables; S3_* ones win; the secret is in no JSON of the config', () => {
+    const c = loadConfig({ STORAGE_URL: 's3://originals/ap/prod/', ...creds, AWS_REGION: 'eu-west-1', AWS_ENDPOINT_URL: 'http://minio:9000' })
+    expect(c.storage).toEqual({ kind: 's3', bucket: 'originals', prefix: 'ap/prod', endpoint: 'http://minio:9000', region: 'eu-west-1', accessKeyId: 'AKIDEXAMPLE', virtualHostedStyle: false } as any)
+    expect((c.storage as any).secretAccessKey).toBe('the-secret-value')
+    expect(JSON.stringify(c)).not.toContain('the-secret-value')
+    const s = loadConfig({ STORAGE_URL: 's3://b', ...creds, S3_ACCESS_KEY_ID: 'other', S3_SECRET_ACCESS_KEY: 'other-secret', S3_ENDPOINT: 'https://r2.example' }).storage as any
+    expect([s.prefix, s.accessKeyId, s.secretAccessKey, s.endpoint]).toEqual(['', 'other', 'other-secret', 'https://r2.example'])
+  })
+
+  test.each([
+    [{ STORAGE_URL: 'ftp://host/x' }, 'STORAGE_URL', /expected file:, file:\/\/\/absolute\/path, postgres: or s3:\/\/<bucket>\/<prefix>/],
+    [{ STORAGE_URL: 'file:relative' }, 'STORAGE_URL', /expected file:/],
+    [{ STORAGE_URL: 's3://' }, 'STORAGE_URL', /expected/],
+    [{ STORAGE_URL: 's3://b/a b' }, 'STORAGE_URL', /prefix/],
+    [{ STORAGE_URL: 's3://b/x' }, 'S3_ACCESS_KEY_ID', /must be set with STORAGE_URL=s3/],
+    [{ STORAGE_URL: 's3://b/x', AWS_ACCESS_KEY_ID: 'k' }, 'S3_SECRET_ACCESS_KEY', /must be set/],
+    [{ STORAGE_URL: 's3://b/x', ...creds, S3_ENDPOINT: 'minio:9000' }, 'S3_ENDPOINT', /invalid/],
+  ])('%j fails naming %s', (env, variable, message) => {
+    const err = failure(env as Record<string, string>)
+    expect(err.variable).toBe(variable)
+    expect(err.message).toMatch(message)
+  })
+
+  test('credentials are never shown in a failure', () => {
+    expect(failure({ STORAGE_URL: 's3://key:secret-in-url@b/x' }).message).not.toContain('secret-in-url')
   })
 })
 

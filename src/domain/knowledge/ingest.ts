@@ -1,6 +1,7 @@
 import type { Deps } from '../../deps'
 import { AppError } from '../../lib/errors'
 import type { DocumentEvent } from '../../machines/document.machine'
+import { FileNotFound, StorageUnavailable } from '../../store/files'
 import * as store from '../../store/knowledge'
 import type { Chunk, ChunkSettings } from './chunk'
 import { commitDocument, DocumentGone, originalKey, type DocumentExtra } from './documents'
@@ -13,14 +14,11 @@ import { activeSpan, markError, tracingOn, withSpan } from '../../lib/tracing'
 /** How many chunks one embedding call carries (local-embed: ~20 ms of the event loop for 64). */
 const EMBED_BATCH = 64
 /**
- * How many chunks one insert carries. The embedded database (PGlite) runs each statement on the
- * event loop, and a chunk's row with its HNSW index entries costs ~1-4 ms there. Measured with
- * bench/hostile-documents.ts (a 1 MB text, 937 chunks), GET /healthz p99 meanwhile: 64 rows a
- * statement 360-390 ms, 16 rows 100-360 ms, 4 rows 35-50 ms, for the same time to ready (~6 s):
- * HTTP requests and lease heartbeats are served between statements. PostgreSQL runs elsewhere, and
- * a round trip per 4 rows would only slow it.
+ * How many chunks one insert carries. Chunks are written to the unindexed part (no vector index to
+ * maintain: docs/knowledge.md, "Indexing"), ~0.1 ms a row on PGlite, so one statement per embedded
+ * batch keeps the embedded database's one connection free for requests between statements.
  */
-const insertBatch = (deps: Deps) => (deps.db.kind === 'pglite' ? 4 : EMBED_BATCH)
+const INSERT_BATCH = EMBED_BATCH
 /** Claims of one document before it fails: an upstream outage is retried, a document that kills its worker is not forever. */
 export const MAX_ATTEMPTS = 5
 /**
@@ -88,6 +86,7 @@ export async function ingestDocument(
     // Claimed in `embedding`: a worker died there, some positions may be written already.
     await embedAndWrite(deps, owner, doc, kb, chunks, claimed.status === 'embedding', signal)
     await advance([{ type: 'indexed' }], { ready: { chunks: chunks.length } })
+    deps.indexer.nudge()
   } catch (err) {
     if (!(err instanceof IngestFailure)) throw err
     await advance([{ type: 'failed', code: err.code, message: err.message }])
@@ -102,11 +101,21 @@ export async function ingestDocument(
  * process crashing leaves it to be claimed again (counted in processing_attempts at the claim).
  */
 async function parseAndChunk(deps: Deps, owner: string, doc: store.DocumentRow, settings: ChunkSettings, sandbox: DocumentSandbox, signal: AbortSignal): Promise<Chunk[]> {
+  // A missing original fails the document; storage that cannot answer now (refused, timed out) is
+  // tried again after the lease, and its last claim fails it saying where; one that refuses (access
+  // denied, no such bucket) fails it at once (docs/knowledge.md, "Statuses").
   const load = async () => {
     try {
       return await deps.files.read(originalKey(doc))
-    } catch {
-      throw new IngestFailure('original_missing', 'the uploaded original is no longer in storage')
+    } catch (err) {
+      if (err instanceof FileNotFound) throw new IngestFailure('original_missing', `the uploaded original is no longer in storage (${deps.files.describe})`)
+      const message = `the uploaded original could not be read: ${err instanceof StorageUnavailable ? err.message : `${(err as Error).message} (${deps.files.describe})`}`
+      if (err instanceof StorageUnavailable && err.transient && doc.attempts < MAX_ATTEMPTS) {
+        // Parsing never started: this claim does not count towards poison_document.
+        await store.finishDocumentProcessing(deps.db.sql, doc.id, owner)
+        throw new RetryLater(message)
+      }
+      throw new IngestFailure('storage_unavailable', message)
     }
   }
   let chunks: Chunk[]
@@ -147,9 +156,9 @@ async function embedAndWrite(deps: Deps, owner: string, doc: store.DocumentRow, 
   }
 }
 
-/** One embedded batch's chunks, written a few rows a statement (insertBatch). */
+/** One embedded batch's chunks, written INSERT_BATCH rows a statement. */
 async function writeChunks(deps: Deps, owner: string, doc: store.DocumentRow, kb: store.KnowledgeBaseRow, batch: Chunk[], vectors: number[][]) {
-  const rows = insertBatch(deps)
+  const rows = INSERT_BATCH
   for (let k = 0; k < batch.length; k += rows) {
     const inserted = await store.insertChunks(
       deps.db.sql,

@@ -1,7 +1,6 @@
 import type { Deps } from '../../deps'
 import type { CallContext } from '../models/gateway'
 import { AppError, invalid } from '../../lib/errors'
-import type { Tx } from '../../store/db'
 import * as store from '../../store/knowledge'
 import type { Caller } from '../access'
 import { loadKnowledgeBase } from './bases'
@@ -77,35 +76,31 @@ export async function searchBase(deps: Deps, kb: store.KnowledgeBaseRow, input: 
   if (vector.length !== kb.dimensions) throw new AppError('upstream_error', `${model.id} answered ${vector.length} dimensions; the knowledge base holds ${kb.dimensions}`)
   // A rerank looks at a wider pool than it returns: what the first stage ranked low may be the answer.
   const pool = input.rerank ? Math.min(MAX_TOP_K, Math.max(topK * 4, 20)) : topK
-  const scope = { kbId: kb.id, dims: kb.dimensions, vector: `[${vector.join(',')}]`, filters, limit: pool }
   // A query the model maps to the zero vector (only punctuation, say, for local-embed) has no
   // direction: every cosine distance is NaN and the index walk's order is noise. No vector hits then.
   const directionless = vector.every((x) => x === 0)
-  const hits: Ranked[] = await store.searchTransaction(deps.db.sql, scope.limit, async (tx) => {
-    if (kb.retrieval_mode === 'fulltext') return fuse([await store.fulltextSearch(tx, { ...scope, text: query })])
-    if (kb.retrieval_mode === 'vector') return directionless ? [] : (await nearest(tx, scope)).map((hit) => ({ hit, score: similarity(hit.distance) }))
-    // Hybrid: each list a little deeper than asked, fused by rank; full text first (it needs a sort).
-    const deeper = { ...scope, limit: Math.min(MAX_TOP_K, Math.max(pool * 2, 20)) }
-    const byText = await store.fulltextSearch(tx, { ...deeper, text: query })
-    return fuse([directionless ? [] : await nearest(tx, deeper), byText]).slice(0, pool)
+  // Hybrid: each list a little deeper than asked, fused by rank.
+  const limit = kb.retrieval_mode === 'hybrid' ? Math.min(MAX_TOP_K, Math.max(pool * 2, 20)) : pool
+  const lists = await store.searchChunks(deps.db.sql, {
+    kbId: kb.id,
+    dims: kb.dimensions,
+    vector: directionless ? null : `[${vector.join(',')}]`,
+    text: query,
+    filters,
+    limit,
+    mode: kb.retrieval_mode,
   })
+  const hits: Ranked[] =
+    kb.retrieval_mode === 'vector'
+      ? lists.vector.map((hit) => ({ hit, score: similarity(hit.distance) }))
+      : kb.retrieval_mode === 'fulltext'
+        ? fuse([lists.fulltext])
+        : fuse([lists.vector, lists.fulltext]).slice(0, pool)
   if (!input.rerank || hits.length === 0) return hits.slice(0, topK).map((h) => toResult(h.hit, h.score))
   const reranker = deps.models.model(kb.rerank_model, 'rerank')
   const ranked = await deps.models.rerank(call, reranker, query, hits.map((h) => h.hit.content), topK, signal)
   const results = ranked.results.map((r) => toResult(hits[r.index]!.hit, r.relevance_score))
   return results.sort((a, b) => b.score - a.score).slice(0, topK)
-}
-
-/**
- * Nearest chunks through the HNSW index; when filters leave fewer than asked (the graph walk may end
- * before reaching every match of a very selective filter), the exact search answers instead.
- */
-async function nearest(tx: Tx, scope: store.SearchScope): Promise<store.ChunkHit[]> {
-  const filtered = Object.keys(scope.filters).length > 0
-  await store.preferIndexOrder(tx, filtered)
-  const hits = await store.vectorSearch(tx, scope)
-  if (hits.length >= scope.limit || !filtered) return hits
-  return store.exactVectorSearch(tx, scope)
 }
 
 export interface Ranked {

@@ -77,20 +77,3 @@ export async function hasDocuments(sql: Sql, kbId: string): Promise<boolean> {
   const [row] = await sql<{ any: boolean }[]>`select exists (select 1 from documents where knowledge_base_id = ${kbId}) as any`
   return row!.any
 }
-
-/**
- * The partial HNSW index of one embedding size (`chunks_hnsw_<dims>_idx`), so every base's vector
- * search, whatever its model, scans an index. Idempotent; serialised by an advisory lock since
- * two processes may create bases of a new size at once. Up to 2 000 dimensions (pgvector's limit
- * for `vector` in HNSW); bigger models are refused when a base is configured.
- */
-export async function ensureVectorIndex(sql: Pool, dims: number): Promise<void> {
-  if (!Number.isInteger(dims) || dims < 1 || dims > 2000) throw new Error(`no HNSW index for ${dims} dimensions`)
-  const name = `chunks_hnsw_${dims}_idx`
-  const [exists] = await sql`select 1 from pg_indexes where indexname = ${name}`
-  if (exists) return
-  await sql.begin(async (tx) => {
-    await tx`select pg_advisory_xact_lock(7465006)`
-    await tx.unsafe(`create index if not exists ${name} on chunks using hnsw ((embedding::vector(${dims})) vector_cosine_ops) where dims = ${dims}`)
-  })
-}

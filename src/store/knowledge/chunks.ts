@@ -11,14 +11,18 @@ export interface ChunkInsert {
 }
 
 
-/** Positions of a generation already written (a resumed ingestion embeds only the others). */
+/**
+ * Positions of a generation already written (a resumed ingestion embeds only the others). A
+ * generation being written is all in the unindexed part: only the live one is ever moved out.
+ */
 export async function writtenPositions(sql: Sql, documentId: string, generation: number): Promise<Set<number>> {
-  const rows = await sql<{ position: number }[]>`select position from chunks where document_id = ${documentId} and generation = ${generation}`
+  const rows = await sql<{ position: number }[]>`select position from chunks_unindexed where document_id = ${documentId} and generation = ${generation}`
   return new Set(rows.map((r) => r.position))
 }
 
 /**
- * Writes chunks of a document's generation, only while that document is still being built at that
+ * Writes chunks of a document's generation into the unindexed part (docs/knowledge.md, "Indexing":
+ * no vector index to maintain, so writing costs what the rows do), only while that document is still being built at that
  * generation by this worker (a delete or a take-over writes nothing); a position already written
  * is left as it is. Answers how many rows were inserted, or null when the guard failed.
  */
@@ -43,7 +47,7 @@ export async function insertChunks(
       where id = ${doc.id} and generation = ${doc.generation} and lease_owner = ${doc.owner} and status = 'embedding'
       for share
     ), i as (
-      insert into chunks (id, knowledge_base_id, document_id, generation, position, content, heading_path, tokens, metadata, dims, embedding)
+      insert into chunks_unindexed (id, knowledge_base_id, document_id, generation, position, content, heading_path, tokens, metadata, dims, embedding)
       select r.id, ${doc.knowledge_base_id}, g.id, ${doc.generation}, r.position, r.content, r.heading_path::text[], r.tokens,
              ${sql.json(doc.metadata as never)}, ${dims}, r.embedding::vector
       from g, jsonb_to_recordset(${sql.json(rows as never)}) as r(id text, position int, content text, heading_path text, tokens int, embedding text)

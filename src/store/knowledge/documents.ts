@@ -136,7 +136,11 @@ export async function writeDocumentTransition(sql: Sql, guard: DocumentGuard, w:
       processing_attempts = ${w.requeue ? 0 : sql`processing_attempts`}`
   const guarded = sql`id = ${guard.id} and status = ${guard.status} and generation = ${guard.generation}
       ${guard.owner === undefined ? sql`` : sql`and lease_owner = ${guard.owner}`}`
-  const swap = w.ready ? sql`, s as (delete from chunks where document_id = (select id from u) and generation <> ${w.generation})` : sql``
+  // Both parts: the old generation may be indexed or not yet (docs/knowledge.md, "Indexing").
+  const swap = w.ready
+    ? sql`, s as (delete from chunks where document_id = (select id from u) and generation <> ${w.generation}),
+          s2 as (delete from chunks_unindexed where document_id = (select id from u) and generation <> ${w.generation})`
+    : sql``
   const readiness = sql`jsonb_build_object('chunks_count', u.chunks_count, 'indexed_at', to_char(u.indexed_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))`
   return writeRowTransition<DocumentRow>(sql, {
     table: 'documents',

@@ -1,6 +1,7 @@
-import type { Pool, Sql, Tx } from '../db'
+import type { Pool, Sql } from '../db'
+import { EXACT_MAX } from './vector-index'
 
-/** Search over the chunks of a base: vector (HNSW or exact) and full text. */
+/** Search over the chunks of a base: vector (HNSW or exact) and full text, over both parts of the base. */
 export interface ChunkHit {
   chunk_id: string
   document_id: string
@@ -11,55 +12,29 @@ export interface ChunkHit {
   distance: number
 }
 
-export interface SearchScope {
+export type SearchMode = 'vector' | 'fulltext' | 'hybrid'
+
+export interface SearchQuery {
   kbId: string
   dims: number
-  /** The query's embedding, as pgvector text. */
-  vector: string
+  /** The query's embedding, as pgvector text; null when it has no direction (no vector hits then). */
+  vector: string | null
+  /** The query's text; null: no full-text list. */
+  text: string | null
   /** Metadata filters: every key must match; an array value means any of its values (docs/knowledge.md, "Search"). */
   filters: Record<string, unknown>
+  /** Rows of each list. */
   limit: number
+  mode: SearchMode
 }
 
 /** `metadata @> {k: v}` per key, ORed over an array's values: the GIN index (jsonb_path_ops) serves each. */
-function filterClause(sql: Sql, filters: Record<string, unknown>) {
+function filterClause(sql: Sql, alias: string, filters: Record<string, unknown>) {
+  const column = sql.unsafe(`${alias}.metadata`)
   return Object.entries(filters).reduce((acc, [key, value]) => {
-    const alternatives = (Array.isArray(value) ? value : [value]).map((v) => sql`c.metadata @> ${sql.json({ [key]: v } as never)}`)
+    const alternatives = (Array.isArray(value) ? value : [value]).map((v) => sql`${column} @> ${sql.json({ [key]: v } as never)}`)
     return sql`${acc} and (${alternatives.reduce((a, b) => sql`${a} or ${b}`)})`
   }, sql``)
-}
-
-/**
- * HNSW's candidate list (ef_search). At 100 000 chunks of generated text with subjects (bench/README.md,
- * 100 queries against the exact search): 200 found 90 % of the exact top 10 on one PGlite build of the
- * graph and 98 % on a server build; 400 found 99 % on PGlite, for ~25 % more time per search (p50 27 →
- * 35 ms there). pgvector's default of 40 found 73 % on only 3 000 chunks.
- */
-const EF_SEARCH = 400
-
-/**
- * Searches run in a transaction whose HNSW scans continue until `limit` rows pass the filters
- * (pgvector's iterative index scans, in strict distance order), with a candidate list of EF_SEARCH
- * (at least twice the limit): a selective filter still answers top_k results, from the index.
- */
-export async function searchTransaction<T>(sql: Pool, limit: number, fn: (tx: Tx) => Promise<T>): Promise<T> {
-  return (await sql.begin(async (tx) => {
-    await tx`select set_config('hnsw.ef_search', ${String(Math.min(1000, Math.max(EF_SEARCH, limit * 2)))}, true), set_config('hnsw.iterative_scan', 'strict_order', true)`
-    return fn(tx)
-  })) as T
-}
-
-/**
- * Prices out sequential scans (and, for an unfiltered search, sorts) for the rest of the search
- * transaction, before its vector statement (after its full-text one, which needs a sort). The
- * planner cannot know how many candidates the live-generation check keeps (it assumes 0.5 %), and
- * neither PGlite nor a fresh server database has statistics to correct it: on its own it read every
- * chunk of the base and sorted them (measured from 3 000 chunks on, and at top_k 100 on 24 000).
- * With metadata filters, sorting what the metadata index finds stays allowed: for a selective filter
- * that beats walking the HNSW graph until enough matches turn up (bench/README.md).
- */
-export async function preferIndexOrder(tx: Sql, filtered = false): Promise<void> {
-  await tx`select set_config('enable_seqscan', 'off', true), set_config('enable_sort', ${filtered ? 'on' : 'off'}, true)`
 }
 
 /**
@@ -74,70 +49,129 @@ function sizeOf(sql: Sql, dims: number) {
 }
 
 /**
- * Nearest chunks by cosine distance, through the base's size's partial HNSW index. The searched
- * generation is checked per candidate (a subquery on the document's primary key) rather than by a
- * join, which the planner would rather answer with a scan of every chunk of the base and a sort.
+ * HNSW's candidate list (ef_search) for a search of `limit` rows: at least EF_SEARCH, and never
+ * less than four times the rows asked. Measured on a clustered corpus of 100 000 chunks
+ * (bench/README.md, "Knowledge at scale"): recall@10 ≥ 0.95 in each of five builds of the graph.
  */
-export async function vectorSearch(tx: Sql, s: SearchScope, exact = false): Promise<ChunkHit[]> {
-  const { type: vt, dims } = sizeOf(tx, s.dims)
-  // `+ 0`: an order the index cannot give, so the exact search is a statement of its own. Planner
-  // settings alone would not do: a prepared statement's cached generic plan keeps the index whatever
-  // they say (measured: the "exact" answers were HNSW's after a few executions on PGlite).
-  const order = exact ? tx`(c.embedding::${vt} <=> ${s.vector}::${vt}) + 0` : tx`c.embedding::${vt} <=> ${s.vector}::${vt}`
-  return tx<ChunkHit[]>`
-    select h.chunk_id, h.document_id, d.name as document_name, h.content, h.metadata, h.distance
-    from (
-      select c.id as chunk_id, c.document_id, c.content, c.metadata, (c.embedding::${vt} <=> ${s.vector}::${vt}) as distance
+export const EF_SEARCH = 100
+export const efSearchFor = (limit: number) => Math.min(1000, Math.max(EF_SEARCH, limit * 4))
+
+/**
+ * Full-text candidates read from the GIN index per list before ranking: enough for any top_k, few
+ * enough that ranking them costs well under a millisecond. The chunks holding every word of the
+ * query (the best matches) are taken first, then those holding any of them.
+ */
+const FULLTEXT_POOL = 200
+
+/**
+ * One search of one base, both lists in one statement (one round trip with its settings, pipelined
+ * in one transaction):
+ *
+ * - vector: the indexed part through the base's size's HNSW index (an iterative scan, so that
+ *   filters are applied inside the walk), or exactly when the base, or what its filters leave of
+ *   it, holds at most EXACT_MAX chunks (counted from the indexes, at most EXACT_MAX + 1 read): an
+ *   exact sort of a few thousand rows is faster than a graph walk looking for them, and exact. The
+ *   unindexed part (chunks not yet moved into the index, docs/knowledge.md "Indexing") is always
+ *   searched exactly. The two are merged by distance: a chunk ranks the same in either part.
+ * - full text: the GIN index's candidates in both parts, ranked by ts_rank over "any of the query's
+ *   words" (an AND of every word would find nothing for most questions), FULLTEXT_POOL of each kind.
+ *
+ * Sequential scans and sorts are priced out for the statement: every list has an index path, and
+ * the sorts that remain (ranking, the exact path's distance order, the merge) have no alternative,
+ * so they stay. Without that, a base without statistics (PGlite never analyzes) was answered with
+ * a scan of every chunk and a sort. The sorts' penalty makes the plan look expensive enough for
+ * PostgreSQL's JIT compiler, which then spent a second compiling a statement that runs in one
+ * millisecond: JIT is off for the statement.
+ */
+export async function searchChunks(sql: Pool, q: SearchQuery): Promise<{ vector: ChunkHit[]; fulltext: ChunkHit[] }> {
+  const wantVector = q.mode !== 'fulltext' && q.vector !== null
+  const wantText = q.mode !== 'vector' && q.text !== null && q.text.trim() !== ''
+  if (!wantVector && !wantText) return { vector: [], fulltext: [] }
+  const rows = await sql.begin((tx) => [
+    tx`select set_config('hnsw.ef_search', ${String(efSearchFor(q.limit))}, true), set_config('hnsw.iterative_scan', 'relaxed_order', true),
+              set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`,
+    searchStatement(tx, q, wantVector, wantText),
+  ])
+  const hits = rows[1] as unknown as (ChunkHit & { list: 'v' | 't' })[]
+  const vector: ChunkHit[] = []
+  const fulltext: ChunkHit[] = []
+  for (const { list, ...hit } of hits) (list === 'v' ? vector : fulltext).push(hit)
+  return { vector, fulltext }
+}
+
+function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText: boolean) {
+  const { type: vt, dims } = sizeOf(tx, q.dims)
+  const fc = filterClause(tx, 'c', q.filters)
+  const fu = filterClause(tx, 'u', q.filters)
+  // The graph walk's filter, in a form the planner cannot estimate: it has no statistics for
+  // `metadata @> …` and assumes 0.1 % of rows pass, which makes a walk look hopeless and a sort of
+  // the metadata index's rows cheap. The walk only runs when the gate counted more than EXACT_MAX
+  // matching rows, which is when walking is right.
+  const fw = Object.keys(q.filters).length > 0 ? tx`and (true ${fc}) is not false` : tx``
+  const vec = wantVector ? tx`${q.vector}::${vt}` : tx`null::${vt}`
+  const parts = []
+  if (wantVector) {
+    parts.push(tx`
+    gate as (
+      select count(*) > ${EXACT_MAX} as walk from (select 1 from chunks c where c.dims = ${dims} and c.knowledge_base_id = ${q.kbId} ${fc} limit ${EXACT_MAX + 1}) x
+    ), walked as (
+      select c.id, c.document_id, c.content, c.metadata, c.embedding::${vt} <=> ${vec} as distance
       from chunks c
-      where c.dims = ${dims} and c.knowledge_base_id = ${s.kbId}
-        and c.generation = (select live_generation from documents where id = c.document_id) ${filterClause(tx, s.filters)}
-      order by ${order}
-      limit ${s.limit}
-    ) h join documents d on d.id = h.document_id
-    order by h.distance, h.chunk_id`
-}
-
-/**
- * The same search without the HNSW index: every chunk passing the filters, by exact distance (the
- * metadata GIN index finds them). For a filter so selective that the graph walk ends before `limit`
- * matches (HNSW does not promise to reach every node), which is when this costs little.
- */
-export async function exactVectorSearch(tx: Sql, s: SearchScope): Promise<ChunkHit[]> {
-  await tx`select set_config('enable_seqscan', 'on', true), set_config('enable_sort', 'on', true)`
-  return vectorSearch(tx, s, true)
-}
-
-/** Full-text candidates ranked per query: enough for any top_k, few enough to rank in a few ms. */
-const FULLTEXT_POOL = 1000
-
-/**
- * Best full-text matches (GIN index on the 'english' tsvector), ranked by ts_rank over "any of the
- * query's words" (an AND of every word would find nothing for most questions). Ranking every chunk
- * that shares one common word with the query would cost milliseconds per thousand chunks, so the
- * ranked pool is bounded: the chunks holding every word (the best matches) first, then chunks
- * holding any of them, at most FULLTEXT_POOL of each. Only the ranked few are read whole, with
- * their distance to the query vector (for the score), not the whole pool.
- */
-export async function fulltextSearch(tx: Sql, s: SearchScope & { text: string }): Promise<ChunkHit[]> {
-  const { type: vt } = sizeOf(tx, s.dims)
-  const filters = filterClause(tx, s.filters)
-  return tx<ChunkHit[]>`
-    with q as (
-      select plainto_tsquery('english', ${s.text}) as every,
-             nullif(replace(plainto_tsquery('english', ${s.text})::text, ' & ', ' | '), '')::tsquery as any
+      where (select walk from gate) and c.dims = ${dims} and c.knowledge_base_id = ${q.kbId} ${fw}
+      order by c.embedding::${vt} <=> ${vec}
+      limit ${q.limit}
+    ), scanned as (
+      select c.id, c.document_id, c.content, c.metadata, c.embedding::${vt} <=> ${vec} as distance
+      from chunks c
+      where not (select walk from gate) and c.dims = ${dims} and c.knowledge_base_id = ${q.kbId} ${fc}
+      order by (c.embedding::${vt} <=> ${vec}) + 0
+      limit ${q.limit}
+    ), pending as (
+      select u.id, u.document_id, u.content, u.metadata, u.embedding::${vt} <=> ${vec} as distance
+      from chunks_unindexed u join documents d on d.id = u.document_id and d.live_generation = u.generation
+      where u.knowledge_base_id = ${q.kbId} and u.dims = ${dims} ${fu}
+      order by 5
+      limit ${q.limit}
+    ), v as (
+      select * from walked union all select * from scanned union all select * from pending
+      order by distance, id
+      limit ${q.limit}
+    )`)
+  }
+  if (wantText) {
+    parts.push(tx`
+    q as (
+      select plainto_tsquery('english', ${q.text}) as every,
+             nullif(replace(plainto_tsquery('english', ${q.text})::text, ' & ', ' | '), '')::tsquery as any
     ), pool as (
-      (select c.id from chunks c, q where c.tsv @@ q.every and c.knowledge_base_id = ${s.kbId} ${filters} limit ${FULLTEXT_POOL})
+      (select c.id from chunks c, q where c.tsv @@ q.every and c.knowledge_base_id = ${q.kbId} ${fc} limit ${FULLTEXT_POOL})
       union
-      (select c.id from chunks c, q where c.tsv @@ q.any and c.knowledge_base_id = ${s.kbId} ${filters} limit ${FULLTEXT_POOL})
-    ), ranked as (
-      select c.id, ts_rank(c.tsv, q.any) as rank
-      from q, pool p join chunks c on c.id = p.id join documents d on d.id = c.document_id
-      where c.generation = d.live_generation
-      order by rank desc, c.id
-      limit ${s.limit}
-    )
-    select c.id as chunk_id, c.document_id, d.name as document_name, c.content, c.metadata,
-           (c.embedding::${vt} <=> ${s.vector}::${vt}) as distance
-    from ranked r join chunks c on c.id = r.id join documents d on d.id = c.document_id
-    order by r.rank desc, c.id`
+      (select c.id from chunks c, q where c.tsv @@ q.any and c.knowledge_base_id = ${q.kbId} ${fc} limit ${FULLTEXT_POOL})
+    ), t as (
+      select * from (
+        select c.id, c.document_id, c.content, c.metadata, c.dims, c.embedding, ts_rank(c.tsv, q.any) as rank
+        from q, pool p join chunks c on c.id = p.id
+        union all
+        select u.id, u.document_id, u.content, u.metadata, u.dims, u.embedding, ts_rank(u.tsv, q.any) as rank
+        from q, chunks_unindexed u join documents d on d.id = u.document_id and d.live_generation = u.generation
+        where u.knowledge_base_id = ${q.kbId} and u.tsv @@ q.any ${fu}
+      ) x
+      order by rank desc, id
+      limit ${q.limit}
+    )`)
+  }
+  const vectorRows = tx`
+    select 'v' as list, v.id as chunk_id, v.document_id, d.name as document_name, v.content, v.metadata, v.distance, 0::real as rank
+    from v join documents d on d.id = v.document_id`
+  // A full-text hit's distance is computed for its similarity; one of another size (a base being
+  // re-embedded) has none to this query.
+  const textRows = tx`
+    select 't' as list, t.id as chunk_id, t.document_id, d.name as document_name, t.content, t.metadata,
+           case when t.dims = ${dims} and ${vec} is not null then t.embedding::${vt} <=> ${vec} else 'NaN'::float8 end as distance, t.rank
+    from t join documents d on d.id = t.document_id`
+  const select = wantVector && wantText ? tx`${vectorRows} union all ${textRows}` : wantVector ? vectorRows : textRows
+  return tx`
+    with ${parts.length === 2 ? tx`${parts[0]!}, ${parts[1]!}` : parts[0]!}
+    select * from (${select}) r
+    order by list desc, case when list = 'v' then distance end, rank desc, chunk_id`
 }
