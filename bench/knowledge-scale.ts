@@ -34,7 +34,7 @@
  *
  * Sizes: CHUNKS (100 000; below that the defaults shrink for a quick run), DOCS, CHUNKS_PER_DOC (100),
  * CONCURRENCY (16), REMOTE_CONCURRENCY (8), SECONDS (60), SEARCH_SECONDS (10), RECALL_QUERIES (200),
- * RECALL_BUILDS (5), LOCAL_RECALL, PHASES (a comma list of ingest, remote, trickle, search, recall;
+ * RECALL_BUILDS (5), LOCAL_RECALL (1; 0 in a quick run), PHASES (a comma list of ingest, remote, trickle, search, recall;
  * default all). Writes bench/results/knowledge-scale[-server]-latest.json.
  */
 import { readFileSync, writeFileSync } from 'node:fs'
@@ -62,7 +62,7 @@ const SEARCH_CONNECTIONS = 8
 const TOP_K = 10
 const RECALL_QUERIES = Number(process.env.RECALL_QUERIES ?? (QUICK ? 50 : 200))
 const RECALL_BUILDS = Number(process.env.RECALL_BUILDS ?? (QUICK ? 2 : 5))
-const LOCAL_RECALL = process.env.LOCAL_RECALL !== '0'
+const LOCAL_RECALL = (process.env.LOCAL_RECALL ?? (QUICK ? '0' : '1')) !== '0'
 const PHASES = new Set((process.env.PHASES ?? 'ingest,remote,trickle,search,recall').split(','))
 const RARE = { shard: 'rare' }
 const SERVER = process.env.DATABASE_URL && process.env.REDIS_URL ? { db: process.env.DATABASE_URL, redis: process.env.REDIS_URL } : null
