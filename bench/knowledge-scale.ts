@@ -183,16 +183,8 @@ async function ingest(service: Server, kbId: string, texts: string[], direct: Da
   if (!direct && adapter.STORE_HAS_BACKLOG) {
     // Embedded, the store is the service's own: the indexer's backlog is done when the service goes
     // idle (under 5 % of a core over half a second); the caller checks 0 pending once it has stopped.
-    for (const deadline = Date.now() + 1_800_000; Date.now() < deadline; ) {
-      const since = wallNow()
-      const cpu = processCpuMs(service.pid)
-      await Bun.sleep(500)
-      if (processCpuMs(service.pid) - cpu < 25) {
-        indexedMs = since - t0
-        indexedBy = 'service idle'
-        break
-      }
-    }
+    indexedMs = (await serviceIdle(service)) - t0
+    indexedBy = 'service idle'
   }
   if (direct) {
     for (const deadline = Date.now() + 1_800_000; ; ) {
@@ -598,7 +590,9 @@ async function main() {
     }
 
     if (PHASES.has('search')) {
+      // The trickle's chunks in the vector index first, so the service and (b') search the same base.
       if (live) await waitIndexed(live, kbBig)
+      else if (adapter.STORE_HAS_BACKLOG) await serviceIdle(service)
       const shapes = SERVER ? [SEARCH_CONNECTIONS] : [SEARCH_CONNECTIONS, 1]
       const measured: Record<string, Awaited<ReturnType<typeof searchLoad>>> = {}
       for (const c of shapes) {
@@ -666,6 +660,17 @@ async function main() {
   process.stdout.write(`\n${['figure', 'measured', 'ceiling', 'share', 'target', 'result'].join(' | ')}\n`)
   for (const r of rows) process.stdout.write(`${[r.figure, r.measured, r.ceiling, r.share, r.target, r.result].join(' | ')}\n`)
   log(`written to ${writeResults(SERVER ? 'knowledge-scale-server' : 'knowledge-scale', results, rows)}`)
+}
+
+/** When the service went idle (under 5 % of a core over half a second): its background work is done. */
+async function serviceIdle(service: Server): Promise<number> {
+  for (const deadline = Date.now() + 1_800_000; Date.now() < deadline; ) {
+    const since = wallNow()
+    const cpu = processCpuMs(service.pid)
+    await Bun.sleep(500)
+    if (processCpuMs(service.pid) - cpu < 25) return since
+  }
+  throw new Error('the service still busy after 30 minutes')
 }
 
 /** Server mode: waits until every chunk of the base is in the vector index (the store's own backlog). */
