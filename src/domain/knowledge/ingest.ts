@@ -134,7 +134,7 @@ const EMBED_AHEAD = 4
  * order, a batch at a time, while the next batches are being embedded: up to EMBED_AHEAD calls run
  * ahead of the write in progress, so a provider answering a batch in 150 ms is not idle while
  * Postgres writes the previous one, and a lone document keeps the provider's limit busy
- * (docs/knowledge.md, "Ingestion"). Only written batches count: a failure or a crash leaves the
+ * (docs/knowledge.md, "Embedding"). Only written batches count: a failure or a crash leaves the
  * positions before it written and the others missing, never duplicated.
  */
 async function embedAndWrite(deps: Deps, owner: string, doc: store.DocumentRow, kb: store.KnowledgeBaseRow, chunks: Chunk[], resumed: boolean, signal: AbortSignal) {
