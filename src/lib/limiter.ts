@@ -1,12 +1,13 @@
 /**
- * At most `max` tasks at once; the others wait in the order they came (FIFO). A waiting task whose
- * signal aborts leaves the queue at once, rejected with the signal's reason, and never runs.
- * A finished task hands its slot straight to the first waiter, so a task arriving meanwhile cannot
- * overtake the queue.
+ * At most `max` tasks at once; the others wait in the order they came (FIFO), background tasks
+ * behind every other waiting task. A waiting task whose signal aborts leaves the queue at once,
+ * rejected with the signal's reason, and never runs. A finished task hands its slot straight to the
+ * first waiter, so a task arriving meanwhile cannot overtake the queue.
  */
 export class Limiter {
   private active = 0
   private readonly waiting: (() => void)[] = []
+  private readonly background: (() => void)[] = []
 
   constructor(readonly max: number) {
     if (!Number.isInteger(max) || max < 1) throw new RangeError(`a limiter needs at least one slot (got ${max})`)
@@ -19,11 +20,12 @@ export class Limiter {
 
   /** Tasks waiting for a slot. */
   get queued(): number {
-    return this.waiting.length
+    return this.waiting.length + this.background.length
   }
 
-  async run<T>(signal: AbortSignal, task: () => Promise<T>): Promise<T> {
-    await this.acquire(signal)
+  /** `background`: the task may wait behind any number of later ones that are not. */
+  async run<T>(signal: AbortSignal, task: () => Promise<T>, background = false): Promise<T> {
+    await this.acquire(signal, background ? this.background : this.waiting)
     try {
       return await task()
     } finally {
@@ -31,9 +33,9 @@ export class Limiter {
     }
   }
 
-  private acquire(signal: AbortSignal): Promise<void> {
+  private acquire(signal: AbortSignal, queue: (() => void)[]): Promise<void> {
     if (signal.aborted) return Promise.reject(signal.reason)
-    if (this.active < this.max && this.waiting.length === 0) {
+    if (this.active < this.max && this.queued === 0) {
       this.active++
       return Promise.resolve()
     }
@@ -43,17 +45,17 @@ export class Limiter {
         resolve()
       }
       const leave = () => {
-        const at = this.waiting.indexOf(grant)
-        if (at >= 0) this.waiting.splice(at, 1)
+        const at = queue.indexOf(grant)
+        if (at >= 0) queue.splice(at, 1)
         reject(signal.reason)
       }
       signal.addEventListener('abort', leave, { once: true })
-      this.waiting.push(grant)
+      queue.push(grant)
     })
   }
 
   private release(): void {
-    const next = this.waiting.shift()
+    const next = this.waiting.shift() ?? this.background.shift()
     // The slot passes on as it is: `active` counts it still.
     if (next) next()
     else this.active--

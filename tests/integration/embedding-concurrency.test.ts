@@ -44,6 +44,9 @@ const MODELS: Record<string, string> = {
   refused: 'limited',
   queued_a: 'solo',
   queued_b: 'solo',
+  held: 'solo',
+  back: 'solo',
+  front: 'solo',
   doc: 'ingest',
   doc_429: 'ingest',
 }
@@ -216,6 +219,27 @@ describe('abort', () => {
     const inputs = inputsOf('queued b again', 3)
     expectVectorsOf(inputs, (await embed('queued_b', inputs)).vectors)
     expect(sent('queued_b')).toHaveLength(1)
+  })
+})
+
+describe('background calls', () => {
+  test('a call someone waits for overtakes the queued batches of a background one (ingestion)', async () => {
+    fake.script('held', ['hang'])
+    const a = new AbortController()
+    const first = embed('held', ['held'], a.signal)
+    await waitFor(() => sent('held').length === 1, { what: 'the held request' })
+    const backInputs = inputsOf('back', 130)
+    const back = h.deps.models.embed({ ...ctx(), background: true }, h.deps.models.model('back', 'embedding'), backInputs, new AbortController().signal)
+    await waitFor(() => limiterOf('solo').queued === 3, { what: 'the background call\'s three batches in the queue' })
+    const front = embed('front', ['urgent'])
+    await waitFor(() => limiterOf('solo').queued === 4, { what: 'the urgent batch in the queue' })
+    // Freeing the one slot: the urgent batch goes first, then the background ones in their order.
+    a.abort()
+    await rejection(first)
+    expectVectorsOf(['urgent'], (await front).vectors)
+    expectVectorsOf(backInputs, (await back).vectors)
+    const order = fake.requests.filter((r) => r.model === 'front' || r.model === 'back').map((r) => (r.model === 'front' ? 'front' : r.json.input[0]))
+    expect(order).toEqual(['front', backInputs[0], backInputs[64], backInputs[128]])
   })
 })
 

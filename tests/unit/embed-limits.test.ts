@@ -98,6 +98,21 @@ describe('Limiter', () => {
     expect([limit.running, limit.queued]).toEqual([0, 0])
   })
 
+  test('background tasks wait behind every other waiting task, FIFO among themselves', async () => {
+    const limit = new Limiter(1)
+    const log: string[] = []
+    const [a, b1, b2, c, d] = ['a', 'b1', 'b2', 'c', 'd'].map((n) => task(log, n))
+    const runs = [limit.run(live(), a!.run), limit.run(live(), b1!.run, true), limit.run(live(), b2!.run, true), limit.run(live(), c!.run), limit.run(live(), d!.run)]
+    await turn()
+    expect(limit.queued).toBe(4)
+    for (const t of [a, c, d, b1, b2]) {
+      t!.finish()
+      await turn()
+    }
+    await Promise.all(runs)
+    expect(log).toEqual(['a', 'c', 'd', 'b1', 'b2'])
+  })
+
   test('needs at least one slot', () => {
     expect(() => new Limiter(0)).toThrow(RangeError)
   })

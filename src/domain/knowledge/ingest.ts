@@ -152,7 +152,7 @@ async function embedAndWrite(deps: Deps, owner: string, doc: store.DocumentRow, 
     let vectors: number[][]
     try {
       ;({ vectors } = await withSpan('document.embed', () => ({ document_id: doc.id, 'document.chunks': batch.length, 'gen_ai.request.model': model.id }), () =>
-        deps.models.embed({ workspaceId: doc.workspace_id, requestId: doc.id }, model, batch.map((c) => c.content), calls)))
+        deps.models.embed({ workspaceId: doc.workspace_id, requestId: doc.id, background: true }, model, batch.map((c) => c.content), calls)))
     } catch (err) {
       if (calls.aborted) throw new DocumentGone('stopped')
       const code = err instanceof AppError ? err.code : 'internal_error'

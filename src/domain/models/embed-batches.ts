@@ -27,7 +27,8 @@ export interface Retry {
   error: ProviderError
 }
 
-export async function embedBatches(provider: Provider, model: string, inputs: string[], signal: AbortSignal, onRetry: (r: Retry) => void): Promise<EmbeddingResult> {
+/** `background`: the call's batches wait behind those of calls someone is waiting for (Limiter). */
+export async function embedBatches(provider: Provider, model: string, inputs: string[], signal: AbortSignal, background: boolean, onRetry: (r: Retry) => void): Promise<EmbeddingResult> {
   const size = provider.maxEmbedBatch
   const limit = provider.embedLimit
   const batches: string[][] = []
@@ -44,7 +45,7 @@ export async function embedBatches(provider: Provider, model: string, inputs: st
     await Promise.all(
       batches.map(async (batch, b) => {
         try {
-          parts[b] = await limit.run(inner, () => withRetries(provider, model, batch, inner, onRetry))
+          parts[b] = await limit.run(inner, () => withRetries(provider, model, batch, inner, onRetry), background)
         } catch (err) {
           if (failure) return
           failure = { err }

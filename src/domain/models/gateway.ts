@@ -22,6 +22,11 @@ export interface CallContext {
    * caller to charge (`chargeIn`) in the transaction that stores what the calls produced.
    */
   deferredCharges?: Charge[]
+  /**
+   * Nobody is waiting on the answer (document ingestion): an embeddings call's requests queue at the
+   * provider behind those of calls that someone is (a search's query, an API call).
+   */
+  background?: boolean
 }
 
 type Route = ModelSpec['routes'][number]
@@ -168,7 +173,7 @@ export class Gateway {
     if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
     const result = await this.failover(ctx, model, signal, (provider, route) =>
       // Batches of the provider's max_batch, through its limiter, retried, in input order (embed-batches.ts).
-      embedBatches(provider, route.model, inputs, signal, (r) => {
+      embedBatches(provider, route.model, inputs, signal, ctx.background === true, (r) => {
         span?.addEvent('gen_ai.retry', { provider: route.provider, attempt: r.attempt, delay_ms: r.delayMs, reason: r.error.failover!, ...(r.error.status !== null ? { status: r.error.status } : {}) })
         this.d.log.warn({ model: model.id, provider: route.provider, reason: r.error.failover, status: r.error.status, attempt: r.attempt, delay_ms: r.delayMs }, 'embedding batch failed; retrying')
       }), span)
