@@ -123,11 +123,12 @@ async function parseAndChunk(deps: Deps, owner: string, doc: store.DocumentRow, 
 }
 
 /**
- * Embedding calls of one document running ahead of the batch being written: 4, the default of a
- * provider's max_concurrency, so one document alone keeps a remote provider's limit busy. The
- * limit, not this, bounds the requests: the calls of every document queue at the provider.
+ * Embedding calls of one document started and not yet written: 5, so that 4 (a provider's default
+ * max_concurrency) are being embedded while one is written and one document alone keeps a remote
+ * provider's limit busy. The limit, not this, bounds the requests: the calls of every document
+ * queue at the provider.
  */
-const EMBED_AHEAD = 4
+const EMBED_AHEAD = 5
 
 /**
  * Embeds the chunks not written yet (a resumed ingestion skips the rest) and writes them in position
@@ -176,11 +177,12 @@ async function embedAndWrite(deps: Deps, owner: string, doc: store.DocumentRow, 
     }
   }
   try {
+    fill()
     for (const batch of batches) {
-      fill()
       const vectors = await ahead.shift()!
-      fill()
       await withSpan('document.write', () => ({ document_id: doc.id, 'document.chunks': batch.length }), () => writeChunks(deps, owner, doc, kb, batch, vectors))
+      // Only after the write: one refused (the document deleted, its lease lost) sends nothing more.
+      fill()
     }
   } finally {
     if (ahead.length > 0) {
