@@ -261,7 +261,9 @@ describe('ingestion through the document worker', () => {
   /** Checks every chunk and answers the position of each content. */
   async function expectChunks(id: string, count: number): Promise<Map<string, number>> {
     const rows = await h.deps.db.sql<{ position: number; content: string; embedding: string }[]>`
-      select position, content, embedding::text as embedding from chunks where document_id = ${id} order by position`
+      select position, content, embedding::text as embedding from chunks where document_id = ${id}
+      union all select position, content, embedding::text from chunks_unindexed where document_id = ${id}
+      order by position`
     expect(rows).toHaveLength(count)
     expect(rows.map((r) => r.position)).toEqual([...Array(count).keys()])
     for (const r of rows) {
