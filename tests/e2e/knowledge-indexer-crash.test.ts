@@ -6,6 +6,7 @@ import { generateKey } from '../../src/domain/api-keys'
 import { openEmbedded, type Sql } from '../../src/store/db'
 import { startCluster, type Cluster } from '../helpers/cluster'
 import { waitFor } from '../helpers/harness'
+import { manual, WORD_QUERIES } from '../helpers/manuals'
 import { apiCall, EMBEDDED, killAll, spawnService, type ServiceProcess } from '../helpers/process'
 
 /**
@@ -39,31 +40,9 @@ const EMBEDDED_DOCS = 5
 const SERVER_DOCS = 15
 const PARAGRAPHS = 100
 
-/**
- * Words of no language, 144 of them: four per paragraph, so that each appears in ~15 of a base's
- * chunks and a query of two of them matches well under FULLTEXT_POOL chunks (a word every chunk
- * holds, "paragraph" or "manual", would not: queries of the hybrid base use only these).
- */
-const SYLLABLES = ['ka', 'lo', 'mi', 'ne', 'ru', 'sa', 'ti', 'vo', 'ze', 'bu', 'fa', 'gi']
-const WORDS = SYLLABLES.flatMap((a) => SYLLABLES.map((b) => `${a}${b}x`))
-/** A small deterministic generator (mulberry32) seeded by the document's tag and the position. */
-function random(seed: number) {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed)
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
-const seedOf = (s: string) => [...s].reduce((h, c) => (Math.imul(h, 31) + c.charCodeAt(0)) | 0, 7)
-const wordsOf = (tag: string, i: number) => {
-  const r = random(seedOf(`${tag}:${i}`))
-  return Array.from({ length: 4 }, () => WORDS[Math.floor(r() * WORDS.length)]!)
-}
 /** Paragraphs of about 20 tokens: with chunk_size 32 each is one chunk; no two alike. */
-const paragraphs = (tag: string) => Array.from({ length: PARAGRAPHS }, (_, i) => `Paragraph ${i} of the ${tag} manual: ${wordsOf(tag, i).join(' ')}.`).join('\n\n')
-/** Queries of words of the vocabulary (for full text and vector), and for the vector base, ones naming a paragraph. */
-const WORD_QUERIES = [`${WORDS[3]} ${WORDS[77]}`, `${WORDS[20]} ${WORDS[101]}`, `${WORDS[140]} ${WORDS[9]}`, `${WORDS[55]}`, wordsOf('vec0', 7).join(' ')]
+const paragraphs = (tag: string) => manual(tag, PARAGRAPHS)
+/** For the vector base only: queries naming a paragraph (their words are in every chunk). */
 const PARAGRAPH_QUERIES = ['Paragraph 42 of the vec0 manual', 'Paragraph 7 of the vec3 manual']
 
 interface Result {
