@@ -327,11 +327,12 @@ describe.skipIf(!process.env.DATABASE_URL || !process.env.REDIS_URL)('server mod
       expect(re.status).toBe(202)
       await waitFor(async () => (await status(reparsed)).status !== 'parsing', { timeoutMs: 15_000, intervalMs: 10, what: 'the re-parse to be past parsing' })
 
-      // Mid-move: both parts hold chunks of the bases, and a worker's connection is running a move: that worker is killed.
+      // Mid-move: both parts hold chunks of the bases, and a worker's connection is running a move: that
+      // worker is killed (once a search has answered, so that searches are seen on both sides of the kill).
       const victim = (await waitFor(
         async () => {
           const p = await parts()
-          return p.unindexed > 0 && p.indexed > 0 ? await moverNow(db, workers) : null
+          return answers.length > 0 && p.unindexed > 0 && p.indexed > 0 ? await moverNow(db, workers) : null
         },
         { timeoutMs: 30_000, intervalMs: 5, what: 'a worker running a move while both parts hold chunks' },
       ))!
