@@ -20,14 +20,28 @@ const batchFor = (deps: Deps) => (deps.db.kind === 'pglite' ? 8 : 128)
  * what is still unindexed, so nothing waits for it but search speed.
  */
 export class ChunkIndexer extends PollingLoop {
-  constructor(private readonly deps: Deps) {
+  /**
+   * `ingesting`: whether this process is ingesting documents now. Meanwhile the indexer moves one
+   * batch per IDLE_POLL_MS instead of back to back: ingestion is what makes documents ready, and
+   * the embedded database's one connection (and, on a small machine, PostgreSQL's cores) would
+   * otherwise be shared with HNSW inserts that can wait. The backlog is searched exactly meanwhile.
+   */
+  constructor(
+    private readonly deps: Deps,
+    private readonly ingesting: () => boolean = () => false,
+  ) {
     super('chunk indexer', IDLE_POLL_MS, deps.log)
+  }
+
+  /** A document became ready: its chunks are moved at once, unless ingestion goes on (then within IDLE_POLL_MS). */
+  override nudge() {
+    if (!this.ingesting()) super.nudge()
   }
 
   protected async step(): Promise<boolean> {
     const limit = batchFor(this.deps)
     const moved = await moveChunks(this.deps.db.sql, limit)
-    if (moved < limit) return false
+    if (moved < limit || this.ingesting()) return false
     // A turn of the event loop before the next batch: requests waiting on the database go first.
     await new Promise((resolve) => setImmediate(resolve))
     return true

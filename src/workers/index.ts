@@ -29,7 +29,7 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
   const runs = new RunWorker(deps)
   const documents = new DocumentWorker(deps)
   const schedules = new ScheduleWorker(deps)
-  const indexer = new ChunkIndexer(deps)
+  const indexer = new ChunkIndexer(deps, () => documents.busy > 0)
   const loop = new TimerLoop(deps.redis, deps.log, deps.metrics, { [DELIVERY_TIMER]: deliveries, [RUN_TIMER]: runs })
   const fanOut = new FanOut(d)
   const rebuilt = await rebuildDeliveryTimers(d.sql, d.timers)

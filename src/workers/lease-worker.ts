@@ -36,6 +36,10 @@ export interface LeaseOptions {
 export abstract class LeaseWorker<Row extends LeasedRow> extends PollingLoop {
   readonly owner = `${process.pid}:${newId('req').slice(4, 14)}`
   protected readonly active = new Map<string, AbortController>()
+  /** Rows being worked on by this worker now. */
+  get busy(): number {
+    return this.active.size
+  }
   /** Rows held but only waiting on other rows (a parent run on its children): they take no place among `max`. */
   protected idle = 0
   private heartbeat: ReturnType<typeof setInterval> | null = null

@@ -31,7 +31,7 @@ export abstract class PollingLoop {
   /** Resolves once the tick in progress (if any) has finished. */
   async stop() {
     this.running = false
-    this.nudge()
+    this.wake?.()
     await this.loop
   }
 

@@ -26,6 +26,8 @@ import { apiCall, EMBEDDED, killAll, spawnService, type ServiceProcess } from '.
 const DOCUMENT_LEASE_MS = 15_000
 /** src/domain/knowledge/ingest.ts EMBED_BATCH. */
 const EMBED_BATCH = 64
+/** src/domain/knowledge/ingest.ts EMBED_AHEAD: calls started before the first write; one more after each write. */
+const EMBED_AHEAD = 5
 const DIMS = 16
 const CHUNKING = { chunk_size: 32, chunk_overlap: 0 }
 
@@ -36,6 +38,8 @@ const CHUNKING = { chunk_size: 32, chunk_overlap: 0 }
 const paragraphs = (tag: string, n: number) => Array.from({ length: n }, (_, i) => `Paragraph ${i} of the ${tag} manual: the ${tag} valve number ${i} opens slowly under pressure.`).join('\n\n')
 const positionOf = (input: string) => Number(/^Paragraph (\d+) /.exec(input)?.[1] ?? NaN)
 const range = (from: number, to: number) => Array.from({ length: to - from }, (_, i) => from + i)
+/** A document's calls are in flight together: the order they reach the server in is not theirs. */
+const byPosition = <T extends { inputs: string[] }>(requests: T[]) => [...requests].sort((a, b) => positionOf(a.inputs[0]!) - positionOf(b.inputs[0]!))
 
 interface EmbedRequest {
   inputs: string[]
@@ -44,12 +48,14 @@ interface EmbedRequest {
 
 /**
  * OpenAI's /v1/embeddings on loopback: vectors seeded by the text; a request of several inputs (a
- * batch of chunks) is answered after `delayMs`, a single input (a search query) at once.
+ * batch of chunks) is answered after `delayMs`, a single input (a search query) at once, and with
+ * `quickFirst` the batch of position 0 at once too (so it is written while the next ones wait).
  */
 interface EmbedServer {
   server: Server<undefined>
   baseUrl: string
   delayMs: number
+  quickFirst: boolean
   requests: EmbedRequest[]
   /** The requests carrying chunks of the document tagged `tag`. */
   of(tag: string): EmbedRequest[]
@@ -60,6 +66,7 @@ function startEmbedServer(): EmbedServer {
     server: null as never,
     baseUrl: '',
     delayMs: 0,
+    quickFirst: false,
     requests: [],
     of: (tag) => s.requests.filter((r) => r.inputs.some((i) => i.includes(` the ${tag} manual`))),
   }
@@ -74,7 +81,7 @@ function startEmbedServer(): EmbedServer {
       const rec: EmbedRequest = { inputs, answered: false }
       s.requests.push(rec)
       // A slow provider on purpose (the fake's pace): a batch is still in flight when the worker is killed.
-      if (inputs.length > 1 && s.delayMs > 0) await Bun.sleep(s.delayMs)
+      if (inputs.length > 1 && s.delayMs > 0 && !(s.quickFirst && positionOf(inputs[0]!) === 0)) await Bun.sleep(s.delayMs)
       rec.answered = true
       const tokens = inputs.reduce((n, t) => n + t.split(/\s+/).length, 0)
       return Response.json({
@@ -94,7 +101,8 @@ function writeModelsFile(dir: string, embed: EmbedServer): string {
   writeFileSync(
     path,
     JSON.stringify({
-      providers: [{ id: 'loop', kind: 'openai', base_url: embed.baseUrl, api_key: 'sk-loop-test', timeout_ms: 30_000 }],
+      // max_concurrency above EMBED_AHEAD: every call a document starts reaches the server at once.
+      providers: [{ id: 'loop', kind: 'openai', base_url: embed.baseUrl, api_key: 'sk-loop-test', timeout_ms: 30_000, max_concurrency: 8 }],
       models: [{ id: 'loop-embed', type: 'embedding', vendor: 'loop', dimensions: DIMS, routes: [{ provider: 'loop', model: 'loop-embed-16' }] }],
     }),
   )
@@ -154,18 +162,22 @@ describe('embedded: ingestion survives SIGKILL, delete and re-parse', () => {
     expect(kb.body.data).toMatchObject({ embedding_model: 'loop-embed', chunking: CHUNKING })
     kbId = kb.body.data.id
 
-    const N = 300 // five batches: 64 × 4 + 44
-    embed.delayMs = 1500
+    const N = 600 // ten batches: 64 × 9 + 24
+    // Long enough that the five in flight are still unanswered when the kill lands on a busy machine.
+    embed.delayMs = 4000
+    embed.quickFirst = true
     const id = (ids.crash = await upload('crash', N))
-    // The first batch answered and written (the second request starts only after its insert), the second in flight.
-    await waitFor(async () => embed.of('crash').length >= 2 && (await status(id)).status === 'embedding', { timeoutMs: 15_000, intervalMs: 20, what: 'the second batch to be requested' })
+    // The first batch answered and written (the sixth request starts only after its insert), the next five in flight.
+    await waitFor(async () => embed.of('crash').length > EMBED_AHEAD && (await status(id)).status === 'embedding', { timeoutMs: 15_000, intervalMs: 20, what: 'the sixth batch to be requested' })
     sp.proc.kill('SIGKILL')
-    const secondAnswered = embed.of('crash')[1]!.answered
+    const othersAnswered = embed.of('crash').some((r) => r.answered && positionOf(r.inputs[0]!) !== 0)
     await sp.exited
-    const before = embed.of('crash')
-    expect(before.length).toBe(2)
-    expect(before.map((r) => r.inputs.map(positionOf))).toEqual([range(0, EMBED_BATCH), range(EMBED_BATCH, 2 * EMBED_BATCH)])
-    expect(secondAnswered).toBe(false)
+    embed.quickFirst = false
+    embed.delayMs = 300
+    const before = byPosition(embed.of('crash'))
+    expect(before.length).toBe(EMBED_AHEAD + 1)
+    expect(before.map((r) => r.inputs.map(positionOf))).toEqual(range(0, EMBED_AHEAD + 1).map((b) => range(b * EMBED_BATCH, (b + 1) * EMBED_BATCH)))
+    expect(othersAnswered).toBe(false)
     const killedAt = Date.now()
 
     sp = boot()
@@ -182,11 +194,11 @@ describe('embedded: ingestion survives SIGKILL, delete and re-parse', () => {
     expect(done).toMatchObject({ id, status: 'ready', chunks_count: N })
     expect(typeof done.indexed_at).toBe('string')
 
-    // After the restart: positions 64..299 once each, in batches, never the 64 written before the kill.
-    const after = embed.of('crash').slice(2)
+    // After the restart: positions 64..599 once each, in batches, never the 64 written before the kill.
+    const after = byPosition(embed.of('crash').slice(EMBED_AHEAD + 1))
     const positions = after.flatMap((r) => r.inputs.map(positionOf))
     expect(positions).toEqual(range(EMBED_BATCH, N))
-    expect(after.map((r) => r.inputs.length)).toEqual([64, 64, 64, 44])
+    expect(after.map((r) => r.inputs.length)).toEqual([64, 64, 64, 64, 64, 64, 64, 64, 24])
 
     const list = await call('GET', `/v1/knowledge-bases/${kbId}/documents`)
     expect(list.status).toBe(200)
@@ -202,20 +214,21 @@ describe('embedded: ingestion survives SIGKILL, delete and re-parse', () => {
 
   test('deleted while embedding: 200, then 404, the ingestion stops without an error', async () => {
     embed.delayMs = 2000
-    const id = (ids.deleted = await upload('delete', 200))
-    await waitFor(async () => embed.of('delete').length >= 1 && (await status(id)).status === 'embedding', { timeoutMs: 15_000, intervalMs: 20, what: 'the first batch to be requested' })
+    // Seven batches: the five started at first are in flight, the other two wait for writes.
+    const id = (ids.deleted = await upload('delete', 400))
+    await waitFor(async () => embed.of('delete').length >= EMBED_AHEAD && (await status(id)).status === 'embedding', { timeoutMs: 15_000, intervalMs: 20, what: 'the first batches to be requested' })
     const del = await call('DELETE', `/v1/documents/${id}`)
     expect(del.status).toBe(200)
     expect(del.body.data).toMatchObject({ id, knowledge_base_id: kbId, name: 'delete.txt', status: 'embedding', chunks_count: 0, deleted: true })
     const requested = embed.of('delete').length
-    expect(requested).toBe(1)
+    expect(requested).toBe(EMBED_AHEAD)
 
     const gone = await call('GET', `/v1/documents/${id}`)
     expect(gone.status).toBe(404)
     expect(gone.body.error.code).toBe('not_found')
     expect((await call('DELETE', `/v1/documents/${id}`)).status).toBe(404)
-    // The batch in flight is answered; its write is refused and no next batch is asked for.
-    await waitFor(() => embed.of('delete').every((r) => r.answered), { timeoutMs: 10_000, what: 'the batch in flight to be answered' })
+    // The batches in flight are answered; the first write is refused and no next batch is asked for.
+    await waitFor(() => embed.of('delete').every((r) => r.answered), { timeoutMs: 10_000, what: 'the batches in flight to be answered' })
     // No next batch within 1.5 s: the subject is that nothing more is asked for, so a fixed wait.
     await Bun.sleep(1500)
     expect(embed.of('delete').length).toBe(requested)
@@ -285,7 +298,7 @@ describe('embedded: ingestion survives SIGKILL, delete and re-parse', () => {
         from ${sql.unsafe(ALL_CHUNKS)} c where knowledge_base_id = ${kbId} group by 1, 2 order by 1, 2`
       expect(new Map(chunks.map((c) => [c.document_id, c]))).toEqual(
         new Map([
-          [ids.crash, { document_id: ids.crash, generation: 1, n: 300, positions: 300, lo: 0, hi: 299 }],
+          [ids.crash, { document_id: ids.crash, generation: 1, n: 600, positions: 600, lo: 0, hi: 599 }],
           [ids.reparsed, { document_id: ids.reparsed, generation: 2, n: 100, positions: 100, lo: 0, hi: 99 }],
         ]),
       )
@@ -301,7 +314,7 @@ describe('embedded: ingestion survives SIGKILL, delete and re-parse', () => {
         select data->>'document_id' as doc, type, (data->>'chunks_count')::int as chunks_count from events
         where type like 'knowledge.document.%' order by created_at, id`
       expect([...events]).toEqual([
-        { doc: ids.crash, type: 'knowledge.document.ready', chunks_count: 300 },
+        { doc: ids.crash, type: 'knowledge.document.ready', chunks_count: 600 },
         { doc: ids.reparsed, type: 'knowledge.document.ready', chunks_count: 100 },
         { doc: ids.reparsed, type: 'knowledge.document.ready', chunks_count: 100 },
       ])
@@ -344,23 +357,27 @@ if (!databaseUrl || !redisUrl) {
       expect(ws.status).toBe(201)
       const kb = await call('POST', '/v1/knowledge-bases', { workspace_id: ws.body.data.id, name: 'Manuals', embedding_model: 'loop-embed', chunking: CHUNKING })
       expect(kb.status).toBe(201)
-      const N = 300
-      embed.delayMs = 1500
+      const N = 600
+      embed.delayMs = 4000
+      embed.quickFirst = true
       const up = await call('POST', `/v1/knowledge-bases/${kb.body.data.id}/documents`, { type: 'text', name: 'server.txt', content: paragraphs('server', N) })
       expect(up.status).toBe(201)
       const id = up.body.document_id as string
       const row = async () => (await db<{ status: string; lease_owner: string | null; attempts: number }[]>`select status, lease_owner, attempts from documents where id = ${id}`)[0]!
-      await waitFor(async () => embed.of('server').length >= 2 && (await row()).status === 'embedding', { timeoutMs: 15_000, intervalMs: 20, what: 'the second batch to be requested' })
+      // The first batch answered and written (the sixth request starts only after its insert), the next five in flight.
+      await waitFor(async () => embed.of('server').length > EMBED_AHEAD && (await row()).status === 'embedding', { timeoutMs: 15_000, intervalMs: 20, what: 'the sixth batch to be requested' })
       const held = await row()
       // The lease owner is `<pid>:<random>`: one of the two worker processes.
       const holderPid = Number(held.lease_owner?.split(':')[0])
       const [holder, other] = cluster.workers[0]!.proc.pid === holderPid ? cluster.workers : [...cluster.workers].reverse()
       expect(holder!.proc.pid).toBe(holderPid)
       holder!.proc.kill('SIGKILL')
-      const secondAnswered = embed.of('server')[1]!.answered
+      const othersAnswered = embed.of('server').some((r) => r.answered && positionOf(r.inputs[0]!) !== 0)
       await holder!.exited
-      expect(secondAnswered).toBe(false)
-      expect(embed.of('server').map((r) => r.inputs.map(positionOf))).toEqual([range(0, EMBED_BATCH), range(EMBED_BATCH, 2 * EMBED_BATCH)])
+      embed.quickFirst = false
+      embed.delayMs = 300
+      expect(othersAnswered).toBe(false)
+      expect(byPosition(embed.of('server')).map((r) => r.inputs.map(positionOf))).toEqual(range(0, EMBED_AHEAD + 1).map((b) => range(b * EMBED_BATCH, (b + 1) * EMBED_BATCH)))
 
       const owners = new Set<string>()
       const done = await waitFor(
@@ -373,7 +390,7 @@ if (!databaseUrl || !redisUrl) {
       )
       expect(done).toEqual({ status: 'ready', lease_owner: null, attempts: 2 })
       expect(owners.has(String(other!.proc.pid))).toBe(true)
-      expect(embed.of('server').slice(2).flatMap((r) => r.inputs.map(positionOf))).toEqual(range(EMBED_BATCH, N))
+      expect(byPosition(embed.of('server').slice(EMBED_AHEAD + 1)).flatMap((r) => r.inputs.map(positionOf))).toEqual(range(EMBED_BATCH, N))
 
       const [chunks] = await db<{ n: number; positions: number; generations: number }[]>`
         select count(*)::int as n, count(distinct position)::int as positions, count(distinct generation)::int as generations from ${db.unsafe(ALL_CHUNKS)} c where document_id = ${id}`

@@ -37,6 +37,8 @@ export interface Reply {
   usage?: false | { prompt_tokens?: number; completion_tokens?: number }
   /** Stream: wait this long before each chunk after the first (default: the server's `delayMs`). */
   delayMs?: number
+  /** Wait this long before answering at all (default: the server's `latencyMs`): an upstream's own pace. */
+  latencyMs?: number
   /** Stream: after the text, an error event of this type (`overloaded_error`...) ends the stream. */
   streamError?: string
   /** Send this many SSE events, then reset the connection (0: before the status line, streamed or not). */
@@ -58,6 +60,8 @@ export interface ErrorStep {
   /** The `retry-after` header. */
   retryAfter?: number | string
   headers?: Record<string, string>
+  /** Wait this long before answering (default: the server's `latencyMs`). */
+  latencyMs?: number
 }
 
 /** 'hang' never answers (until the client leaves or `close()`). */
@@ -75,6 +79,8 @@ export interface FakeRequest {
   step: Step
   /** The client went away before the whole answer was sent. */
   closed: boolean
+  /** When the answer's status line left (performance.now()), null until then. */
+  answeredAt: number | null
 }
 
 export interface FakeProvider {
@@ -86,6 +92,12 @@ export interface FakeProvider {
   script(model: string, steps: Step[]): void
   /** The default wait between stream chunks (0). */
   delayMs: number
+  /** The default wait before any answer (0). */
+  latencyMs: number
+  /** Requests received whose status line has not left yet (hanging ones included). */
+  inFlight(): number
+  /** The most requests ever in flight at once; tests set it back to 0 between cases. */
+  maxInFlight: number
   /** A ResolvedProvider pointing here. */
   provider(over?: Partial<ResolvedProvider>): ResolvedProvider
   /** Requests still being answered (hanging or streaming). */
@@ -97,11 +109,12 @@ export interface FakeProvider {
 const enc = new TextEncoder()
 const DROP_FLUSH_MS = 20
 
-export async function startFakeProvider(opts: { delayMs?: number } = {}): Promise<FakeProvider> {
+export async function startFakeProvider(opts: { delayMs?: number; latencyMs?: number } = {}): Promise<FakeProvider> {
   const requests: FakeRequest[] = []
   const scripts = new Map<string, Step[]>()
   const releases = new Set<() => void>()
   let open = 0
+  let inFlight = 0
 
   const next = (model: string): Step => {
     const script = scripts.get(model) ?? scripts.get('*')
@@ -115,41 +128,57 @@ export async function startFakeProvider(opts: { delayMs?: number } = {}): Promis
     // A hanging request must outlive the client's time-out; Bun's default idle time-out is 10 s.
     idleTimeout: 0,
     async fetch(req) {
-      const path = new URL(req.url).pathname
-      let json: any = null
+      inFlight++
+      fake.maxInFlight = Math.max(fake.maxInFlight, inFlight)
+      const rec: { current: FakeRequest | null } = { current: null }
       try {
-        json = await req.json()
-      } catch {}
-      const model = typeof json?.model === 'string' ? json.model : ''
-      const step = next(model)
-      const rec: FakeRequest = { at: performance.now(), method: req.method, path, headers: Object.fromEntries(req.headers), json, model, stream: json?.stream === true, step, closed: false }
-      requests.push(rec)
-      const anthropic = path === '/v1/messages'
-      if (step === 'hang') {
-        open++
-        return new Promise<Response>((resolve) => {
-          const release = () => {
-            if (!releases.delete(release)) return
-            open--
-            resolve(new Response(null, { status: 503 }))
-          }
-          releases.add(release)
-          req.signal.addEventListener('abort', () => ((rec.closed = true), release()), { once: true })
-        })
+        return await answer(req, rec)
+      } finally {
+        inFlight--
+        if (rec.current) rec.current.answeredAt = performance.now()
       }
-      if ('status' in step) return errorResponse(step, anthropic)
-      if (step.drop === 0) return new Response(new ReadableStream({ pull: (c) => c.error() }))
-      let events: string[]
-      let body: unknown
-      if (path === '/v1/chat/completions') rec.stream ? (events = openaiStream(json, step)) : (body = openaiCompletion(json, step))
-      else if (anthropic) rec.stream ? (events = anthropicStream(json, step)) : (body = anthropicMessage(json, step))
-      else if (path === '/v1/embeddings') body = embeddings(json, step)
-      else if (path === '/v1/rerank') body = rerank(json, step)
-      else return Response.json({ error: { message: `no route ${path}`, type: 'invalid_request_error' } }, { status: 404 })
-      if (!rec.stream) return Response.json(body)
-      return sse(events!, step.delayMs ?? fake.delayMs, step.drop, rec)
     },
   })
+
+  async function answer(req: Request, out: { current: FakeRequest | null }): Promise<Response> {
+    const path = new URL(req.url).pathname
+    let json: any = null
+    try {
+      json = await req.json()
+    } catch {}
+    const model = typeof json?.model === 'string' ? json.model : ''
+    const step = next(model)
+    const rec: FakeRequest = { at: performance.now(), method: req.method, path, headers: Object.fromEntries(req.headers), json, model, stream: json?.stream === true, step, closed: false, answeredAt: null }
+    requests.push(rec)
+    out.current = rec
+    // The upstream's own pace (the fake's behaviour, not a wait in a test).
+    const latency = step === 'hang' ? 0 : (step.latencyMs ?? fake.latencyMs)
+    if (latency > 0) await Bun.sleep(latency)
+    const anthropic = path === '/v1/messages'
+    if (step === 'hang') {
+      open++
+      return new Promise<Response>((resolve) => {
+        const release = () => {
+          if (!releases.delete(release)) return
+          open--
+          resolve(new Response(null, { status: 503 }))
+        }
+        releases.add(release)
+        req.signal.addEventListener('abort', () => ((rec.closed = true), release()), { once: true })
+      })
+    }
+    if ('status' in step) return errorResponse(step, anthropic)
+    if (step.drop === 0) return new Response(new ReadableStream({ pull: (c) => c.error() }))
+    let events: string[]
+    let body: unknown
+    if (path === '/v1/chat/completions') rec.stream ? (events = openaiStream(json, step)) : (body = openaiCompletion(json, step))
+    else if (anthropic) rec.stream ? (events = anthropicStream(json, step)) : (body = anthropicMessage(json, step))
+    else if (path === '/v1/embeddings') body = embeddings(json, step)
+    else if (path === '/v1/rerank') body = rerank(json, step)
+    else return Response.json({ error: { message: `no route ${path}`, type: 'invalid_request_error' } }, { status: 404 })
+    if (!rec.stream) return Response.json(body)
+    return sse(events!, step.delayMs ?? fake.delayMs, step.drop, rec)
+  }
 
   /** One SSE event per pull, so each chunk is its own write and the client sees them arrive apart. */
   function sse(events: string[], delayMs: number, drop: number | undefined, rec: FakeRequest): Response {
@@ -197,6 +226,9 @@ export async function startFakeProvider(opts: { delayMs?: number } = {}): Promis
     baseUrl: `${url}/v1`,
     requests,
     delayMs: opts.delayMs ?? 0,
+    latencyMs: opts.latencyMs ?? 0,
+    inFlight: () => inFlight,
+    maxInFlight: 0,
     script(model, steps) {
       if (steps.length === 0) throw new Error('a script needs at least one step')
       scripts.set(model, [...steps])

@@ -131,28 +131,73 @@ async function parseAndChunk(deps: Deps, owner: string, doc: store.DocumentRow, 
   return chunks
 }
 
-/** Embeds the chunks not written yet (a resumed ingestion skips the rest) and writes them, a batch at a time. */
+/**
+ * Embedding calls of one document started and not yet written: 5, so that 4 (a provider's default
+ * max_concurrency) are being embedded while one is written and one document alone keeps a remote
+ * provider's limit busy. The limit, not this, bounds the requests: the calls of every document
+ * queue at the provider.
+ */
+const EMBED_AHEAD = 5
+
+/**
+ * Embeds the chunks not written yet (a resumed ingestion skips the rest) and writes them in position
+ * order, a batch at a time, while the next batches are being embedded: up to EMBED_AHEAD calls run
+ * ahead of the write in progress, so a provider answering a batch in 150 ms is not idle while
+ * Postgres writes the previous one, and a lone document keeps the provider's limit busy
+ * (docs/knowledge.md, "Embedding"). Only written batches count: a failure or a crash leaves the
+ * positions before it written and the others missing, never duplicated.
+ */
 async function embedAndWrite(deps: Deps, owner: string, doc: store.DocumentRow, kb: store.KnowledgeBaseRow, chunks: Chunk[], resumed: boolean, signal: AbortSignal) {
   // Chunks of a generation are only written in `embedding`, by its lease holder: entered just now,
   // there are none yet.
   const written = resumed ? await store.writtenPositions(deps.db.sql, doc.id, doc.generation) : new Set<number>()
   const missing = chunks.filter((c) => !written.has(c.position))
   const model = deps.models.model(kb.embedding_model, 'embedding')
-  for (let i = 0; i < missing.length; i += EMBED_BATCH) {
-    const batch = missing.slice(i, i + EMBED_BATCH)
+  const batches: Chunk[][] = []
+  for (let i = 0; i < missing.length; i += EMBED_BATCH) batches.push(missing.slice(i, i + EMBED_BATCH))
+  // Aborts the calls still running once the document stops here (a failure, its worker stopping).
+  const stop = new AbortController()
+  const calls = AbortSignal.any([signal, stop.signal])
+  const embed = async (batch: Chunk[]): Promise<number[][]> => {
     let vectors: number[][]
     try {
       ;({ vectors } = await withSpan('document.embed', () => ({ document_id: doc.id, 'document.chunks': batch.length, 'gen_ai.request.model': model.id }), () =>
-        deps.models.embed({ workspaceId: doc.workspace_id, requestId: doc.id }, model, batch.map((c) => c.content), signal)))
+        deps.models.embed({ workspaceId: doc.workspace_id, requestId: doc.id, background: true }, model, batch.map((c) => c.content), calls)))
     } catch (err) {
-      if (signal.aborted) throw new DocumentGone('stopped')
+      if (calls.aborted) throw new DocumentGone('stopped')
       const code = err instanceof AppError ? err.code : 'internal_error'
       if (code === 'upstream_error' || code === 'upstream_timeout' || code === 'unavailable') throw new RetryLater(`embedding with ${model.id}: ${(err as Error).message}`)
       throw new IngestFailure(code === 'budget_exceeded' ? code : 'embedding_failed', `embedding with ${model.id} failed: ${(err as Error).message}`)
     }
     const wrong = vectors.find((v) => v.length !== kb.dimensions)
     if (wrong) throw new IngestFailure('embedding_failed', `${model.id} answered ${wrong.length} dimensions; the knowledge base holds ${kb.dimensions}`)
-    await withSpan('document.write', () => ({ document_id: doc.id, 'document.chunks': batch.length }), () => writeChunks(deps, owner, doc, kb, batch, vectors))
+    return vectors
+  }
+  // The calls started and not yet written, in position order; a written batch's vectors are let go.
+  const ahead: Promise<number[][]>[] = []
+  let next = 0
+  let broken = false
+  const fill = () => {
+    while (!broken && next < batches.length && ahead.length < EMBED_AHEAD) {
+      const call = embed(batches[next++]!)
+      // Seen when its turn to be written comes; until then a failure only stops new calls.
+      call.catch(() => (broken = true))
+      ahead.push(call)
+    }
+  }
+  try {
+    fill()
+    for (const batch of batches) {
+      const vectors = await ahead.shift()!
+      await withSpan('document.write', () => ({ document_id: doc.id, 'document.chunks': batch.length }), () => writeChunks(deps, owner, doc, kb, batch, vectors))
+      // Only after the write: one refused (the document deleted, its lease lost) sends nothing more.
+      fill()
+    }
+  } finally {
+    if (ahead.length > 0) {
+      stop.abort()
+      await Promise.allSettled(ahead)
+    }
   }
 }
 

@@ -21,6 +21,8 @@ const ProviderSpec = Type.Object(
     headers: Type.Optional(Type.Record(Type.String(), Type.String())),
     /** Largest number of inputs one embeddings request may carry (default 2048 for openai). */
     max_batch: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000 })),
+    /** Most embeddings requests in flight to this provider at once, across all calls (default 4). */
+    max_concurrency: Type.Optional(Type.Integer({ minimum: 1, maximum: 256 })),
   },
   { additionalProperties: false },
 )

@@ -7,6 +7,7 @@ import { emit } from '../../store/events'
 import { charge, checkBudget, price } from '../credits'
 import type { Catalog, ModelSpec, ModelType } from './catalog'
 import { CircuitBreaker } from './circuit-breaker'
+import { embedBatches } from './embed-batches'
 import { ProviderError, type ChatChunk, type ChatCompletion, type ChatRequest, type Provider, type Usage } from './types'
 import { capped, captureContent, contextWith, failSpan, runIn, SpanKind, startSpan, tracingOn, type Attributes, type Span } from '../../lib/tracing'
 
@@ -21,6 +22,11 @@ export interface CallContext {
    * caller to charge (`chargeIn`) in the transaction that stores what the calls produced.
    */
   deferredCharges?: Charge[]
+  /**
+   * Nobody is waiting on the answer (document ingestion): an embeddings call's requests queue at the
+   * provider behind those of calls that someone is (a search's query, an API call).
+   */
+  background?: boolean
 }
 
 type Route = ModelSpec['routes'][number]
@@ -29,6 +35,7 @@ type Route = ModelSpec['routes'][number]
  * The one way to call a model: catalogue lookup, hard-limit check, routes tried in order with
  * failover (429, 5xx, time-out, network error; not 400/401), a circuit breaker per route, the
  * `model.failover.triggered` event at each switch, and the credits charged for what was used.
+ * Embeddings batches are also retried on their route first (embed-batches.ts).
  */
 export class Gateway {
   readonly breaker = new CircuitBreaker()
@@ -164,17 +171,12 @@ export class Gateway {
 
   private async embedding(ctx: CallContext, model: ModelSpec, inputs: string[], signal: AbortSignal, span: Span | null): Promise<{ vectors: number[][]; tokens: number; credits: number }> {
     if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
-    const result = await this.failover(ctx, model, signal, async (provider, route) => {
-      const vectors: number[][] = []
-      let tokens = 0
-      // Split to the provider's batch limit; order is kept (each batch answers in input order).
-      for (let i = 0; i < inputs.length; i += provider.maxEmbedBatch) {
-        const part = await provider.embed(route.model, inputs.slice(i, i + provider.maxEmbedBatch), signal)
-        vectors.push(...part.vectors)
-        tokens += part.tokens
-      }
-      return { vectors, tokens }
-    }, span)
+    const result = await this.failover(ctx, model, signal, (provider, route) =>
+      // Batches of the provider's max_batch, through its limiter, retried, in input order (embed-batches.ts).
+      embedBatches(provider, route.model, inputs, signal, ctx.background === true, (r) => {
+        span?.addEvent('gen_ai.retry', { provider: route.provider, attempt: r.attempt, delay_ms: r.delayMs, reason: r.error.failover!, ...(r.error.status !== null ? { status: r.error.status } : {}) })
+        this.d.log.warn({ model: model.id, provider: route.provider, reason: r.error.failover, status: r.error.status, attempt: r.attempt, delay_ms: r.delayMs }, 'embedding batch failed; retrying')
+      }), span)
     const credits = await this.charge(ctx, model, 'embedding', result.tokens, 0)
     return { ...result, credits }
   }

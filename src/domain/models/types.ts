@@ -1,3 +1,4 @@
+import type { Limiter } from '../../lib/limiter'
 import type { ResponseFormat } from './response-format'
 
 /**
@@ -96,6 +97,11 @@ export interface Provider {
   rerank(model: string, query: string, documents: string[], topN: number | undefined, signal: AbortSignal): Promise<RerankResult>
   /** Largest batch of `embed` inputs one upstream request may carry. */
   readonly maxEmbedBatch: number
+  /**
+   * Bounds the embeddings requests in flight to this provider, across every call (catalogue
+   * `max_concurrency`); null where batches cost this thread's CPU and are sent one after another.
+   */
+  readonly embedLimit: Limiter | null
 }
 
 export type FailoverReason = 'rate_limited' | 'server_error' | 'timeout' | 'network_error'

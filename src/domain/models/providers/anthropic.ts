@@ -36,6 +36,8 @@ export class AnthropicProvider implements Provider {
   readonly kind = 'anthropic' as const
   readonly id: string
   readonly maxEmbedBatch = 1
+  // The catalogue routes no embedding model here (llm only).
+  readonly embedLimit = null
 
   constructor(private readonly p: ResolvedProvider) {
     this.id = p.id
