@@ -37,7 +37,7 @@ const SUITES: Suite[] = [
   { name: SERVER ? 'engine-server' : 'engine', script: 'bench/engine.ts', about: 'Workflow engine, second level (iteration, parked runs)' },
   // Two worker processes on one PostgreSQL: server mode only.
   ...(SERVER ? [{ name: 'schedules', script: 'bench/schedules.ts', about: 'Schedules (1 000 ticks, 2 workers)' }] : []),
-  { name: SERVER ? 'knowledge-server' : 'knowledge', script: 'bench/knowledge.ts', about: 'Knowledge bases' },
+  { name: SERVER ? 'knowledge-scale-server' : 'knowledge-scale', script: 'bench/knowledge-scale.ts', about: 'Knowledge at scale (ingestion, trickle, search, recall)' },
   { name: 'agents', script: 'bench/agents.ts', about: 'Agents' },
   { name: 'mcp', script: 'bench/mcp.ts', about: 'MCP tools (an agent turn calling one)' },
   { name: 'tracing', script: 'bench/tracing.ts', about: 'Tracing on vs off (OTLP to a loopback collector)' },

@@ -1,7 +1,7 @@
 /**
  * Generated corpora of the knowledge benchmarks, deterministic so every run loads the same data.
  *
- * - Text: pseudo-English over a Zipfian 20 000-word vocabulary of made-up words (as bench/knowledge.ts),
+ * - Text: pseudo-English over a Zipfian 20 000-word vocabulary of made-up words (the corpus of the first knowledge benchmark),
  *   and the topical variant (250 subjects, half of a sentence's content words from its subject's 40).
  *   This is what local-embed (hashed words) turns into vectors with little neighbourhood structure.
  * - Clustered: text whose vector has the structure of a real embedding model's. CLUSTERS clusters
@@ -75,7 +75,7 @@ function sentenceOf(r: () => number, vocab: readonly string[]): string {
   return `${words[0]!.charAt(0).toUpperCase()}${words.join(' ').slice(1)}.`
 }
 
-/** bench/knowledge.ts's topical corpus: 250 subjects of 40 words each. */
+/** The topical corpus (the first knowledge benchmark's): 250 subjects of 40 words each. */
 export const TOPICS = 250
 const TOPIC_WORDS = Array.from({ length: TOPICS }, (_, t) => {
   const r = rng(500_000 + t)

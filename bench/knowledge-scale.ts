@@ -1,5 +1,5 @@
 /**
- * Knowledge bases at scale (`bun run bench:knowledge-scale`): each figure beside its ceiling, measured
+ * Knowledge bases at scale (`bun run bench:knowledge`): each figure beside its ceiling, measured
  * in the same run, on the embedded default or, with DATABASE_URL and REDIS_URL set, in server mode (a
  * fresh database, Redis database 15; the direct phases through a pool of 10).
  *
@@ -25,7 +25,7 @@
  *       vectors precomputed, same concurrency
  *   (6) recall@10 of the store's vector search against an exact scan, RECALL_QUERIES queries,
  *       unfiltered and 1 % filter, for each of RECALL_BUILDS builds of the index   target >= 0.95 each;
- *       beside it the local-embed topical corpus (bench/knowledge.ts's), one build (LOCAL_RECALL=0 skips).
+ *       beside it the local-embed topical corpus (bench/corpus.ts's topical generator), one build (LOCAL_RECALL=0 skips).
  *       The 1 % filter leaves 1 000 of 100 000 chunks, which the store searches exactly (its
  *       threshold, EXACT_MAX, is 2 000): its recall is 1 by construction, measured to show it is.
  *

@@ -129,6 +129,10 @@ async function fill(kb: string, documentId: string, dims: number, count: number)
            ${dims}, (select array_agg(random() - 0.5)::real[]::vector from generate_series(1, ${dims}) where i > 0)
     from documents d, generate_series(1, ${count}) i
     where d.id = ${documentId}`
+  // The document counts them, as ingestion would: the search's gate reads the documents' counts and
+  // metadata (a chunk's metadata is its document's). Most filler chunks are "common": so is the
+  // document, so that a filter on it counts as unselective there too.
+  await sql`update documents set chunks_count = chunks_count + ${count}, metadata = ${sql.json({ tag: 'common' })} where id = ${documentId}`
   await sql`analyze`
 }
 

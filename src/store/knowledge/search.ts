@@ -81,7 +81,9 @@ const FULLTEXT_POOL = 200
  * so they stay. Without that, a base without statistics (PGlite never analyzes) was answered with
  * a scan of every chunk and a sort. The sorts' penalty makes the plan look expensive enough for
  * PostgreSQL's JIT compiler, which then spent a second compiling a statement that runs in one
- * millisecond: JIT is off for the statement.
+ * millisecond: JIT is off for the statement. Its plan is the prepared statement's generic one from
+ * the first execution on (planning it took ~1.5 ms of a ~3 ms search at 100 000 chunks): every
+ * choice that depends on the base's size is made at run time by the gates, not by the planner.
  */
 export async function searchChunks(sql: Pool, q: SearchQuery): Promise<{ vector: ChunkHit[]; fulltext: ChunkHit[] }> {
   const wantVector = q.mode !== 'fulltext' && q.vector !== null
@@ -89,7 +91,8 @@ export async function searchChunks(sql: Pool, q: SearchQuery): Promise<{ vector:
   if (!wantVector && !wantText) return { vector: [], fulltext: [] }
   const rows = await sql.begin((tx) => [
     tx`select set_config('hnsw.ef_search', ${String(efSearchFor(q.limit))}, true), set_config('hnsw.iterative_scan', 'relaxed_order', true),
-              set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`,
+              set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true),
+              set_config('plan_cache_mode', 'force_generic_plan', true)`,
     searchStatement(tx, q, wantVector, wantText),
   ])
   const hits = rows[1] as unknown as (ChunkHit & { list: 'v' | 't' })[]
@@ -103,18 +106,33 @@ function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText:
   const { type: vt, dims } = sizeOf(tx, q.dims)
   const fc = filterClause(tx, 'c', q.filters)
   const fu = filterClause(tx, 'u', q.filters)
+  const fd = filterClause(tx, 'd', q.filters)
   // The graph walk's filter, in a form the planner cannot estimate: it has no statistics for
   // `metadata @> …` and assumes 0.1 % of rows pass, which makes a walk look hopeless and a sort of
   // the metadata index's rows cheap. The walk only runs when the gate counted more than EXACT_MAX
-  // matching rows, which is when walking is right.
+  // matching chunks, which is when walking is right.
   const fw = Object.keys(q.filters).length > 0 ? tx`and (true ${fc}) is not false` : tx``
-  const vec = wantVector ? tx`${q.vector}::${vt}` : tx`null::${vt}`
-  const parts = []
+  // The query vector is sent and parsed once (a CTE), not once per use.
+  const vec = wantVector ? tx`(select v from qv)` : tx`null::${vt}`
+  const parts = wantVector ? [tx`qv as (select ${q.vector}::${vt} as v)`] : []
   if (wantVector) {
+    // The gate counts from the documents (a chunk's metadata is its document's), in document order,
+    // and stops as soon as the running count of searched chunks passes EXACT_MAX: a few rows of a
+    // base of large documents, at most EXACT_MAX + 1 of one of one-chunk documents.
+    // `walked` is exact-checked: a walk answering fewer rows than asked (a filter, or a base, that is
+    // a sliver of the index: the iterative scan gives up after hnsw.max_scan_tuples) is answered by
+    // the exact sort instead, so a search never answers fewer chunks than there are.
     parts.push(tx`
     gate as (
-      select count(*) > ${EXACT_MAX} as walk from (select 1 from chunks c where c.dims = ${dims} and c.knowledge_base_id = ${q.kbId} ${fc} limit ${EXACT_MAX + 1}) x
-    ), walked as (
+      select exists (
+        select 1 from (
+          select sum(d.chunks_count) over (order by d.created_at, d.id) as seen
+          from documents d
+          where d.knowledge_base_id = ${q.kbId} and d.live_generation is not null ${fd}
+          order by d.created_at, d.id
+        ) x where seen > ${EXACT_MAX}
+      ) as walk
+    ), walked as materialized (
       select c.id, c.document_id, c.content, c.metadata, c.embedding::${vt} <=> ${vec} as distance
       from chunks c
       where (select walk from gate) and c.dims = ${dims} and c.knowledge_base_id = ${q.kbId} ${fw}
@@ -123,7 +141,7 @@ function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText:
     ), scanned as (
       select c.id, c.document_id, c.content, c.metadata, c.embedding::${vt} <=> ${vec} as distance
       from chunks c
-      where not (select walk from gate) and c.dims = ${dims} and c.knowledge_base_id = ${q.kbId} ${fc}
+      where (not (select walk from gate) or (select count(*) from walked) < ${q.limit}) and c.dims = ${dims} and c.knowledge_base_id = ${q.kbId} ${fc}
       order by (c.embedding::${vt} <=> ${vec}) + 0
       limit ${q.limit}
     ), pending as (
@@ -133,45 +151,52 @@ function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText:
       order by 5
       limit ${q.limit}
     ), v as (
-      select * from walked union all select * from scanned union all select * from pending
+      select * from walked where (select count(*) from walked) >= ${q.limit}
+      union all select * from scanned
+      union all select * from pending
       order by distance, id
       limit ${q.limit}
     )`)
   }
   if (wantText) {
+    // Ranked where the GIN index's candidates are read (their row is at hand there); only the
+    // `limit` best are read again, whole.
     parts.push(tx`
     q as (
       select plainto_tsquery('english', ${q.text}) as every,
              nullif(replace(plainto_tsquery('english', ${q.text})::text, ' & ', ' | '), '')::tsquery as any
     ), pool as (
-      (select c.id from chunks c, q where c.tsv @@ q.every and c.knowledge_base_id = ${q.kbId} ${fc} limit ${FULLTEXT_POOL})
+      (select c.id, ts_rank(c.tsv, q.any) as rank from chunks c, q where c.tsv @@ q.every and c.knowledge_base_id = ${q.kbId} ${fc} limit ${FULLTEXT_POOL})
       union
-      (select c.id from chunks c, q where c.tsv @@ q.any and c.knowledge_base_id = ${q.kbId} ${fc} limit ${FULLTEXT_POOL})
-    ), t as (
-      select * from (
-        select c.id, c.document_id, c.content, c.metadata, c.dims, c.embedding, ts_rank(c.tsv, q.any) as rank
-        from q, pool p join chunks c on c.id = p.id
-        union all
-        select u.id, u.document_id, u.content, u.metadata, u.dims, u.embedding, ts_rank(u.tsv, q.any) as rank
-        from q, chunks_unindexed u join documents d on d.id = u.document_id and d.live_generation = u.generation
-        where u.knowledge_base_id = ${q.kbId} and u.tsv @@ q.any ${fu}
-      ) x
+      (select c.id, ts_rank(c.tsv, q.any) as rank from chunks c, q where c.tsv @@ q.any and c.knowledge_base_id = ${q.kbId} ${fc} limit ${FULLTEXT_POOL})
+    ), best as (
+      select id, rank, false as pending from pool
+      union all
+      select u.id, ts_rank(u.tsv, q.any), true
+      from q, chunks_unindexed u join documents d on d.id = u.document_id and d.live_generation = u.generation
+      where u.knowledge_base_id = ${q.kbId} and u.tsv @@ q.any ${fu}
       order by rank desc, id
       limit ${q.limit}
+    ), t as (
+      select b.id, c.document_id, c.content, c.metadata, c.dims, c.embedding, b.rank from best b join chunks c on c.id = b.id where not b.pending
+      union all
+      select b.id, u.document_id, u.content, u.metadata, u.dims, u.embedding, b.rank from best b join chunks_unindexed u on u.id = b.id where b.pending
     )`)
   }
+  // The document's name, one primary-key read per row (a join let the planner hash every document).
+  const name = (alias: string) => tx.unsafe(`(select name from documents where id = ${alias}.document_id)`)
   const vectorRows = tx`
-    select 'v' as list, v.id as chunk_id, v.document_id, d.name as document_name, v.content, v.metadata, v.distance, 0::real as rank
-    from v join documents d on d.id = v.document_id`
+    select 'v' as list, v.id as chunk_id, v.document_id, ${name('v')} as document_name, v.content, v.metadata, v.distance, 0::real as rank
+    from v`
   // A full-text hit's distance is computed for its similarity; one of another size (a base being
   // re-embedded) has none to this query.
   const textRows = tx`
-    select 't' as list, t.id as chunk_id, t.document_id, d.name as document_name, t.content, t.metadata,
+    select 't' as list, t.id as chunk_id, t.document_id, ${name('t')} as document_name, t.content, t.metadata,
            case when t.dims = ${dims} and ${vec} is not null then t.embedding::${vt} <=> ${vec} else 'NaN'::float8 end as distance, t.rank
-    from t join documents d on d.id = t.document_id`
+    from t`
   const select = wantVector && wantText ? tx`${vectorRows} union all ${textRows}` : wantVector ? vectorRows : textRows
   return tx`
-    with ${parts.length === 2 ? tx`${parts[0]!}, ${parts[1]!}` : parts[0]!}
+    with ${parts.reduce((a, b) => tx`${a}, ${b}`)}
     select * from (${select}) r
     order by list desc, case when list = 'v' then distance end, rank desc, chunk_id`
 }

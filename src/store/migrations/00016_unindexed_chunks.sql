@@ -31,3 +31,11 @@ with stale as (
 )
 insert into chunks_unindexed (id, knowledge_base_id, document_id, generation, position, content, heading_path, tokens, metadata, dims, embedding)
 select * from stale;
+
+-- A 384-dimension vector is 1.5 kB: beside a chunk's text and tsvector the row passes the 2 kB at
+-- which PostgreSQL moves its largest value out of line, which was the vector, so every exact
+-- distance (the unindexed part, a selective filter) read it back from the TOAST table (~4 µs a
+-- row). `main` keeps vectors in the row and moves the text out first (measured: a 1 % filter's
+-- search at 100 000 chunks went from 6.6 to 4.0 ms). Rows written from now on.
+alter table chunks alter column embedding set storage main;
+alter table chunks_unindexed alter column embedding set storage main;
