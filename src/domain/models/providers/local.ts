@@ -1,6 +1,7 @@
 import { countTokens } from '../../../lib/tokens'
 import { localChat, localChatStream } from '../local/chat'
 import { embedText } from '../local/embed'
+import { embedThread } from '../local/embed-thread'
 import { rerank } from '../local/rerank'
 import { ProviderError, type ChatChunk, type ChatCompletion, type ChatRequest, type EmbeddingResult, type Provider, type RerankResult } from '../types'
 
@@ -10,6 +11,12 @@ const MODELS = { chat: 'local-chat', embed: 'local-embed', rerank: 'local-rerank
 // of 2 048 would hold the event loop for ~0.35 s. Yielding every 32 texts bounds that to ~5 ms, and
 // lets an abort land between slices.
 const EMBED_SLICE = 32
+/**
+ * Batches of more texts than this go to the local-embed thread (ingestion's 64-chunk calls); fewer
+ * (a search's one query) are computed here, at once, without a thread hop or a turn behind
+ * ingestion's batches.
+ */
+const THREAD_FROM = 8
 
 /**
  * The built-in provider: no network, no key, deterministic. It serves the three upstream names of
@@ -39,6 +46,7 @@ export class LocalProvider implements Provider {
 
   async embed(model: string, inputs: string[], signal: AbortSignal): Promise<EmbeddingResult> {
     expectModel(model, 'embed')
+    if (inputs.length >= THREAD_FROM) return embedThread.embed(inputs, signal)
     const vectors: number[][] = []
     let tokens = 0
     for (let i = 0; i < inputs.length; i++) {
