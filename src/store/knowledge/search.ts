@@ -58,10 +58,11 @@ export const efSearchFor = (limit: number) => Math.min(1000, Math.max(EF_SEARCH,
 
 /**
  * Full-text candidates read from the GIN index per list before ranking: enough for any top_k, few
- * enough that ranking them costs well under a millisecond. The chunks holding every word of the
- * query (the best matches) are taken first, then those holding any of them.
+ * enough that ranking them costs well under a millisecond (each rank reads the chunk's tsvector:
+ * ~4 µs). The chunks holding every word of the query (the best matches) are taken first, then those
+ * holding any of them. 100 of each instead of 200: ~15 % more searches a second at 100 000 chunks.
  */
-const FULLTEXT_POOL = 200
+const FULLTEXT_POOL = 100
 
 /**
  * One search of one base, both lists in one statement (one round trip with its settings, pipelined
