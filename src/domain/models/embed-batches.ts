@@ -35,7 +35,7 @@ export async function embedBatches(provider: Provider, model: string, inputs: st
   for (let i = 0; i < inputs.length; i += size) batches.push(inputs.slice(i, i + size))
   const parts = new Array<EmbeddingResult>(batches.length)
   if (!limit) {
-    // The in-process provider computes on this thread: batches at once would only take turns.
+    // The in-process provider computes on one thread (this one, or its embedding thread): batches at once would only take turns.
     for (const [b, batch] of batches.entries()) parts[b] = await withRetries(provider, model, batch, signal, onRetry)
   } else {
     // The first failure stops the call's other batches (queued ones never leave) and is what the call answers.

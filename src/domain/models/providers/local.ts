@@ -28,7 +28,7 @@ export class LocalProvider implements Provider {
   readonly id = 'local'
   readonly kind = 'local' as const
   readonly maxEmbedBatch = 2048
-  // Computed on this thread: sending batches at once would only make them take turns.
+  // Computed on one thread (this one, or the local-embed thread): sending batches at once would only make them take turns.
   readonly embedLimit = null
 
   async chat(req: ChatRequest, signal: AbortSignal): Promise<ChatCompletion> {
