@@ -70,8 +70,8 @@ const FULLTEXT_POOL = 100
  *
  * - vector: the indexed part through the base's size's HNSW index (an iterative scan, so that
  *   filters are applied inside the walk), or exactly when the base, or what its filters leave of
- *   it, holds at most EXACT_MAX chunks (counted from the indexes, at most EXACT_MAX + 1 read): an
- *   exact sort of a few thousand rows is faster than a graph walk looking for them, and exact. The
+ *   it, holds at most EXACT_MAX chunks (counted from its documents' chunk counts): an exact sort of
+ *   a few thousand rows is faster than a graph walk looking for them, and exact. The
  *   unindexed part (chunks not yet moved into the index, docs/knowledge.md "Indexing") is always
  *   searched exactly. The two are merged by distance: a chunk ranks the same in either part.
  * - full text: the GIN index's candidates in both parts, ranked by ts_rank over "any of the query's

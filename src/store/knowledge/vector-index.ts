@@ -11,9 +11,10 @@ export const HNSW_M = 16
 export const HNSW_EF_CONSTRUCTION = 64
 
 /**
- * A base, or what its filters leave of it, with at most this many indexed chunks is searched
+ * A base, or what its filters leave of it, with at most this many searched chunks is searched
  * exactly (a sort of their distances) rather than through the graph: at this size the exact sort
- * costs about what a graph walk does, and finds every match of a selective filter.
+ * costs about what a graph walk does (~2.5 ms for a 1 % filter's 1 000 chunks at 100 000, server
+ * mode), and finds every match of a selective filter.
  */
 export const EXACT_MAX = 2000
 
