@@ -1,3 +1,4 @@
+import { Counter } from 'prom-client'
 import type { Deps } from '../deps'
 import { moveChunks } from '../store/knowledge'
 import { PollingLoop } from './loop'
@@ -20,6 +21,8 @@ const batchFor = (deps: Deps) => (deps.db.kind === 'pglite' ? 8 : 128)
  * what is still unindexed, so nothing waits for it but search speed.
  */
 export class ChunkIndexer extends PollingLoop {
+  /** Chunks this process moved into the vector index (an operator's view of the indexer's pace). */
+  private readonly moved: Counter
   /**
    * `ingesting`: whether this process is ingesting documents now. Meanwhile the indexer moves one
    * batch per IDLE_POLL_MS instead of back to back: ingestion is what makes documents ready, and
@@ -31,6 +34,7 @@ export class ChunkIndexer extends PollingLoop {
     private readonly ingesting: () => boolean = () => false,
   ) {
     super('chunk indexer', IDLE_POLL_MS, deps.log)
+    this.moved = new Counter({ name: 'knowledge_chunks_indexed_total', help: 'Chunks moved from the unindexed part into the vector index', registers: [deps.metrics.registry] })
   }
 
   /** A document became ready: its chunks are moved at once, unless ingestion goes on (then within IDLE_POLL_MS). */
@@ -41,6 +45,7 @@ export class ChunkIndexer extends PollingLoop {
   protected async step(): Promise<boolean> {
     const limit = batchFor(this.deps)
     const moved = await moveChunks(this.deps.db.sql, limit)
+    if (moved > 0) this.moved.inc(moved)
     if (moved < limit || this.ingesting()) return false
     // A turn of the event loop before the next batch: requests waiting on the database go first.
     await new Promise((resolve) => setImmediate(resolve))
