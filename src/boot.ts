@@ -87,7 +87,10 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
   const lockWait = (message: string) => (log.warn(message), flushLogs())
   const db = opts.db ?? (config.databaseUrl ? openPostgres(config.databaseUrl, config.databasePoolMax) : await openEmbedded({ dataDir: config.dataDir, lockWaitMs: config.dataDirLockWaitMs, onLockWait: lockWait, template: templateDir() }))
   if (db.startedFrom === 'template') log.info('a fresh data directory: started from the migrated template (node_modules/.cache/agent-platform)')
-  if (db.startedFrom === 'initdb') log.info('a fresh data directory: initialising the database (a few seconds; `bun install` makes a template that skips this)')
+  if (db.startedFrom === 'initdb') {
+    if (db.templateFailure) log.warn({ template: templateDir(), reason: db.templateFailure }, 'the migrated template could not be used')
+    log.info('a fresh data directory: initialising the database (a few seconds; `bun install` makes a template that skips this)')
+  }
   try {
     await migrate(db.sql)
     // Without REDIS_URL, idempotency records are journaled in DATA_DIR: a replay must survive a restart.

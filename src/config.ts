@@ -1,5 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
+import { existsSync, statSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { S3Settings } from './store/files/s3'
@@ -43,6 +44,8 @@ const Env = Type.Object({
   // Where uploaded originals live (docs/deployment.md, "Where uploaded files live"), and the usual
   // variables of S3 clients for s3:// (the S3_* ones first, as Bun's own client reads them).
   STORAGE_URL: Type.Optional(Type.String({ minLength: 1 })),
+  // The console's script bundled ahead of time (the container image does: docs/deployment.md).
+  CONSOLE_BUNDLE: Type.Optional(Type.String({ minLength: 1 })),
   S3_ACCESS_KEY_ID: Type.Optional(Type.String({ minLength: 1 })),
   S3_SECRET_ACCESS_KEY: Type.Optional(Type.String({ minLength: 1 })),
   S3_SESSION_TOKEN: Type.Optional(Type.String({ minLength: 1 })),
@@ -115,6 +118,8 @@ export interface Config {
   tracing: TracingConfig | null
   /** Where uploaded originals live (STORAGE_URL; docs/deployment.md, "Where uploaded files live"). */
   storage: StorageConfig
+  /** The console's script built ahead of time (`bun run build:console`), served instead of bundling src/console at start; null: bundled at start. */
+  consoleBundle: string | null
 }
 
 /**
@@ -209,7 +214,16 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     logLevel: env.LOG_LEVEL ?? 'info',
     tracing: tracingConfig(env, int, bool),
     storage: storageConfig(env, bool),
+    consoleBundle: consoleBundlePath(env.CONSOLE_BUNDLE),
   }
+}
+
+/** CONSOLE_BUNDLE: a file that must be there now (a missing bundle stops start-up, not the console's first visit). */
+function consoleBundlePath(value: string | undefined): string | null {
+  if (value === undefined) return null
+  const path = resolve(value)
+  if (!existsSync(path) || !statSync(path).isFile()) throw new ConfigError('CONSOLE_BUNDLE', `names no file (${path}): build it with \`bun run build:console ${value}\` or unset it`)
+  return path
 }
 
 const STORAGE_FORMS = 'expected file:, file:///absolute/path, postgres: or s3://<bucket>/<prefix>'

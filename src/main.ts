@@ -167,7 +167,7 @@ function listen(deps: Deps) {
   flushLogs()
   // The console's script is bundled now rather than on its first visit (a failure is logged, and the
   // console's own route retries it).
-  consoleBundle().then(
+  consoleBundle(config.consoleBundle).then(
     () => log.info({ console: `${scheme}://${config.host}:${server.port}${config.basePath}/console` }, 'console ready'),
     (err) => log.error({ err }, 'the console failed to build'),
   )

@@ -5,9 +5,9 @@ import type { Deps } from '../deps'
 
 /**
  * The management console (docs/console.md): a page at `<BASE_PATH>/console` whose script, built by
- * Bun's bundler from src/console/ at start-up (main.ts), talks only to the public /v1 API with the API
- * key the user signs in with. Mermaid is served from node_modules and loaded only by pages with a
- * diagram.
+ * Bun's bundler from src/console/ at start-up (main.ts) or ahead of time (CONSOLE_BUNDLE, as in the
+ * container image), talks only to the public /v1 API with the API key the user signs in with.
+ * Mermaid is served from node_modules and loaded only by pages with a diagram.
  */
 export const CONSOLE_CSP = [
   "default-src 'none'",
@@ -25,14 +25,20 @@ export const CONSOLE_CSP = [
 const ROOT = join(import.meta.dir, '..', 'console')
 const MERMAID = join(import.meta.dir, '..', '..', 'node_modules', 'mermaid', 'dist', 'mermaid.min.js')
 
+/** Bundles the console's script from src/console (~15 ms here; `bun run build:console` writes it to a file ahead of time). */
+export async function buildConsole(): Promise<string> {
+  const out = await Bun.build({ entrypoints: [join(ROOT, 'main.ts')], target: 'browser', format: 'esm', minify: true })
+  if (!out.success || !out.outputs[0]) throw new AggregateError(out.logs, 'the console failed to build')
+  return out.outputs[0].text()
+}
+
 let bundle: Promise<string> | undefined
-/** The console's script, bundled once per process (~15 ms here); a failed build is retried on the next request. */
-export function consoleBundle(): Promise<string> {
-  bundle ??= Bun.build({ entrypoints: [join(ROOT, 'main.ts')], target: 'browser', format: 'esm', minify: true })
-    .then(async (out) => {
-      if (!out.success || !out.outputs[0]) throw new AggregateError(out.logs, 'the console failed to build')
-      return out.outputs[0].text()
-    })
+/**
+ * The console's script, read from `prebuilt` (CONSOLE_BUNDLE, the container image's) or bundled,
+ * once per process; a failure is retried on the next request.
+ */
+export function consoleBundle(prebuilt: string | null): Promise<string> {
+  bundle ??= (prebuilt ? Bun.file(prebuilt).text() : buildConsole())
     .catch((err) => {
       bundle = undefined
       throw err
@@ -76,7 +82,7 @@ export function consoleRoutes(deps: Deps) {
     .get(base, html, page200)
     // The same page with a trailing slash, left out of the OpenAPI document (one path, one operation).
     .get(`${base}/`, html, { detail: { hide: true } })
-    .get(`${base}/app.js`, async () => new Response(await consoleBundle(), { headers: headers('text/javascript; charset=utf-8') }), doc('The console\'s script, bundled from src/console by Bun', 'text/javascript'))
+    .get(`${base}/app.js`, async () => new Response(await consoleBundle(deps.config.consoleBundle), { headers: headers('text/javascript; charset=utf-8') }), doc('The console\'s script, bundled from src/console by Bun', 'text/javascript'))
     .get(`${base}/app.css`, () => {
       styles ??= readFileSync(join(ROOT, 'style.css'), 'utf8')
       return new Response(styles, { headers: headers('text/css; charset=utf-8') })

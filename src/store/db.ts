@@ -21,6 +21,8 @@ export interface Database {
   dump?(): Promise<Blob>
   /** Embedded only: how its data directory began (a fresh one from the migrated template, or initdb). */
   startedFrom?: 'existing' | 'template' | 'initdb' | 'memory'
+  /** Embedded only: why the template there was not used (unreadable, say), when it was not. */
+  templateFailure?: string
 }
 
 const common = {
@@ -76,6 +78,7 @@ export async function openEmbedded(opts: EmbeddedOptions): Promise<Database> {
   try {
     let startedFrom: Database['startedFrom'] = pgDir ? (existsSync(pgDir) ? 'existing' : 'initdb') : 'memory'
     let db: InstanceType<typeof PGlite> | undefined
+    let templateFailure: string | undefined
     const template = startedFrom === 'initdb' && !opts.loadDataDir ? opts.template : undefined
     if (template && existsSync(template)) {
       const copy = `${pgDir}.copy`
@@ -87,7 +90,8 @@ export async function openEmbedded(opts: EmbeddedOptions): Promise<Database> {
         db = await PGlite.create({ dataDir: pgDir, extensions: { vector } })
         await db.query('select 1 from schema_migrations limit 1')
         startedFrom = 'template'
-      } catch {
+      } catch (err) {
+        templateFailure = (err as Error).message
         // An unreadable template: forget what it left and initialise as if there were none.
         await db?.close().catch(() => {})
         db = undefined
@@ -105,6 +109,7 @@ export async function openEmbedded(opts: EmbeddedOptions): Promise<Database> {
       sql,
       kind: 'pglite',
       startedFrom,
+      templateFailure,
       describe: pgDir ? `embedded PGlite at ${pgDir}` : 'embedded PGlite in memory',
       dump: async () => (await pg.dumpDataDir('gzip')) as Blob,
       async close() {
