@@ -150,3 +150,57 @@ describe('a DATA_DIR lock held by another process', () => {
     await stranger.stop('SIGKILL')
   }, 60_000)
 })
+
+/** Whether this machine lets us start a process in a PID namespace of its own (root, as in CI and containers). */
+const canUnshare = Bun.spawnSync(['unshare', '--pid', '--fork', '--mount-proc', 'true']).exitCode === 0
+
+/**
+ * Two containers on one volume: each service is pid 1 (or some small pid) of its own PID namespace,
+ * so the pid in the lock names nothing the other can look up. Real namespaces here (`unshare`), the
+ * same as a container runtime makes: the lock's flock, held by the holder for its life, decides.
+ */
+describe.skipIf(!canUnshare)('a DATA_DIR lock held from another PID namespace (another container on the same volume)', () => {
+  const inNamespace = (dataDir: string, port: number) =>
+    spawnProcess(['unshare', '--pid', '--fork', '--mount-proc', '--kill-child', 'bun', 'run', 'src/main.ts'], {
+      ...EMBEDDED,
+      DATA_DIR: dataDir,
+      HOST: '127.0.0.1',
+      PORT: String(port),
+      LOG_LEVEL: 'info',
+      DATA_DIR_LOCK_WAIT_MS: '30000',
+    })
+  const healthy = (port: number) => fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok, () => false)
+
+  test('a live holder is refused within seconds, not after DATA_DIR_LOCK_WAIT_MS; once it is killed, the next start takes over', async () => {
+    const dataDir = dataDirOf()
+    const firstPort = freePort()
+    const first = inNamespace(dataDir, firstPort)
+    await waitFor(() => healthy(firstPort), { timeoutMs: 30_000, what: 'the first service (in its own PID namespace) to answer' })
+    const lock = readFileSync(join(dataDir, 'pglite.lock'), 'utf8').split('\n')
+    // Its pid as it sees it (1: the namespace's init), its own namespace and host.
+    expect(lock[0]).toBe('1')
+    expect(lock[2]).toMatch(/^pid:\[\d+\] \S+$/)
+
+    const began = Date.now()
+    const second = inNamespace(dataDir, freePort())
+    expect(await second.exited).toBe(3)
+    expect(second.output()).toContain(`DATA_DIR ${dataDir} is in use by process 1 of another PID namespace`)
+    expect(Date.now() - began).toBeLessThan(15_000)
+    // Refused, it left the holder's lock and database alone.
+    expect(readFileSync(join(dataDir, 'pglite.lock'), 'utf8').split('\n')).toEqual(lock)
+    expect(await healthy(firstPort)).toBe(true)
+
+    // The holder dies without a word (its lock file stays); a start in a third namespace takes over.
+    await first.stop('SIGKILL')
+    expect(existsSync(join(dataDir, 'pglite.lock'))).toBe(true)
+    const thirdPort = freePort()
+    const third = inNamespace(dataDir, thirdPort)
+    await waitFor(() => healthy(thirdPort), { timeoutMs: 30_000, what: 'a start after the holder was killed to answer' })
+    expect(third.output()).not.toContain('in use by process')
+    // SIGTERM to the service itself (unshare would answer it by SIGKILLing its child): a clean stop, and unshare exits with its code.
+    const service = Number(readFileSync(`/proc/${third.proc.pid}/task/${third.proc.pid}/children`, 'utf8').trim().split(/\s+/)[0])
+    process.kill(service, 'SIGTERM')
+    expect(await third.exited).toBe(0)
+    expect(existsSync(join(dataDir, 'pglite.lock'))).toBe(false)
+  }, 90_000)
+})

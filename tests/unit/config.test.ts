@@ -1,4 +1,5 @@
 import { describe, expect, test } from 'bun:test'
+import { resolve } from 'node:path'
 import { ConfigError, loadConfig } from '../../src/config'
 
 /** The ConfigError a load throws. */
@@ -43,6 +44,20 @@ test('an empty environment gives the defaults of docs/deployment.md', () => {
     logLevel: 'info',
     tracing: null,
     storage: { kind: 'file', dir: 'data/files' },
+    consoleBundle: null,
+  })
+})
+
+describe('CONSOLE_BUNDLE (the console built ahead of time, as the container image does)', () => {
+  test('a file that is there is used, as an absolute path', () => {
+    expect(loadConfig({ CONSOLE_BUNDLE: 'package.json' }).consoleBundle).toBe(resolve('package.json'))
+  })
+  test('a path naming no file, or a directory, stops start-up naming the variable', () => {
+    for (const value of ['dist/no-such-bundle.js', 'src']) {
+      const err = failure({ CONSOLE_BUNDLE: value })
+      expect(err.variable).toBe('CONSOLE_BUNDLE')
+      expect(err.message).toMatch(/^configuration: CONSOLE_BUNDLE names no file .*bun run build:console/)
+    }
   })
 })
 
