@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # The service's image (docs/deployment.md, "The container image"). Its base is a build argument:
 # the official Bun image by default, or any image with Bun at /usr/local/bin/bun and an unprivileged
-# user "bun" (uid 1000), such as the local one scripts/container/check.sh makes where no registry
+# user "bun" (uid 1000), such as the local one scripts/container/check.ts makes where no registry
 # can be reached.
 ARG BUN_IMAGE=oven/bun:1
 
