@@ -6,9 +6,11 @@ set -euo pipefail
 pgmajor=$(ls /etc/postgresql | sort -n | tail -1)
 export DEBIAN_FRONTEND=noninteractive
 if [ ! -f /etc/apt/sources.list.d/trixie-src.sources ]; then
+  # The mirror this machine's apt already uses: the repository names none of its own.
+  mirror=$(bash "$(dirname "$0")/debian-mirror.sh")
   cat > /etc/apt/sources.list.d/trixie-src.sources <<SRC
 Types: deb-src
-URIs: http://deb.debian.org/debian
+URIs: $mirror
 Suites: trixie
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
