@@ -124,6 +124,14 @@ async function embedded(): Promise<void> {
     note(`${label}: ready ${Math.round(total)} ms after \`podman ${label.startsWith('first') ? 'run' : 'start'}\` (the process listened ${Math.round(inProcess)} ms after the container started)`)
     return total
   }
+  // The ceiling: the same base, a bare Bun.serve, from `podman run` to its first answer.
+  const bare = freePort()
+  const tb = performance.now()
+  await podman(['run', '-d', '--name', `${PREFIX}-bare`, '-p', `127.0.0.1:${bare}:8080`, BUN_IMAGE, 'bun', '-e', "Bun.serve({ port: 8080, fetch: () => new Response('ok') })"])
+  await waitFor(() => fetch(`http://127.0.0.1:${bare}/`).then((r) => r.ok), 'a bare Bun.serve container to answer', 30_000, 20)
+  note(`ceiling: a bare Bun.serve on the same base answers ${Math.round(performance.now() - tb)} ms after \`podman run\``)
+  await podman(['rm', '-f', '-t', '0', `${PREFIX}-bare`])
+
   const first = await timeStart(() => podman(['run', '-d', ...args]), 'first start, fresh volume')
   check(first < 3000, `start-up to ready under 3 s on the embedded database (took ${Math.round(first)} ms)`)
 
