@@ -368,7 +368,11 @@ async function serverMode(): Promise<void> {
     await t.more(10)
     for (const victim of [topo.containers.worker![0]!, topo.containers.api![0]!]) {
       const before = await state(victim)
-      await podman(['kill', '-s', 'KILL', victim])
+      // SIGKILL to the container's process from outside the engine, as a crash or the OOM killer
+      // would (`podman kill` marks the container stopped by its user, which no restart policy restarts).
+      const pid = Number((await podman(['inspect', '--format', '{{.State.Pid}}', victim])).out)
+      check(pid > 0, `${victim} has a process to kill`)
+      process.kill(pid, 'SIGKILL')
       // The restart policy (unless-stopped) brings it back; started by hand if this engine does not.
       const back = await waitFor(async () => {
         const s = await state(victim)
