@@ -181,6 +181,7 @@ const PARTS: { part: string; code: string; note?: string }[] = [
   { part: 'unpdf', code: `await import('unpdf')` },
   { part: 'mammoth', code: `await import('mammoth')` },
   { part: 'jsonata', code: `await import('jsonata')` },
+  { part: 'src/routes/console.ts (import, for the next row)', code: `await import('./src/routes/console')` },
   { part: 'console bundle (Bun.build)', code: `const { buildConsole } = await import('./src/routes/console'); await buildConsole()` },
   { part: 'mermaid.min.js read into memory', code: `globalThis.keep = await Bun.file('node_modules/mermaid/dist/mermaid.min.js').text()`, note: 'served with Bun.file: never read into the heap' },
   { part: 'src/app.ts import graph', code: `await import('./src/app.ts')` },
