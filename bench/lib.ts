@@ -74,6 +74,8 @@ export async function startServer(opts: {
   port: number
   logFile: string
   readyPath?: string
+  /** For a process that serves no HTTP (`src/main.ts worker`): ready once its log has a line matching this. */
+  readyLine?: RegExp
   timeoutMs?: number
 }): Promise<Server> {
   const url = `http://127.0.0.1:${opts.port}`
@@ -100,6 +102,11 @@ export async function startServer(opts: {
     if (child.exitCode !== null || child.signalCode !== null) {
       children.delete(child)
       throw new Error(`${opts.cmd.join(' ')} exited with ${child.exitCode ?? child.signalCode} before it was ready:\n${tail(opts.logFile)}`)
+    }
+    if (opts.readyLine) {
+      if (opts.readyLine.test(tail(opts.logFile, 1000))) return { url, pid: child.pid, logFile: opts.logFile, stop }
+      await Bun.sleep(100)
+      continue
     }
     try {
       const res = await fetch(url + (opts.readyPath ?? '/'), { signal: AbortSignal.timeout(1000) })

@@ -1,6 +1,4 @@
 import { readFileSync } from 'node:fs'
-import { buildApp } from './app'
-import { consoleBundle } from './routes/console'
 import { closeDeps, createLogger, flushLogs, openDeps } from './boot'
 import { closeMcpClients } from './domain/agents/mcp'
 import { ConfigError, loadConfig } from './config'
@@ -59,7 +57,7 @@ async function main() {
   if (deps.redis.kind === 'memory') {
     log.warn('REDIS_URL is unset: using the in-process Redis stand-in (single process only)')
   }
-  let server: ReturnType<typeof listen> | null = null
+  let server: Awaited<ReturnType<typeof listen>> | null = null
   let workers: { stop(): Promise<void> } = { stop: async () => {} }
   let workersStarted: Promise<unknown> = Promise.resolve()
   let stopping = false
@@ -91,7 +89,7 @@ async function main() {
   // the process gracefully instead of by the signal's default action (exit 143, the lock left behind).
   process.on('SIGTERM', () => void shutdown('SIGTERM'))
   process.on('SIGINT', () => void shutdown('SIGINT'))
-  if (serveHttp) server = listen(deps)
+  if (serveHttp) server = await listen(deps)
   try {
     if (runWorkers) {
       const starting = startWorkers(deps)
@@ -148,8 +146,13 @@ async function bootstrapRootKey(deps: Deps) {
   }
 }
 
-function listen(deps: Deps) {
+/**
+ * The HTTP app is imported here, not at the top: a `worker` process serves no HTTP and so never loads
+ * Elysia, the routes, the OpenAPI generator or the MCP server's SDK (bench/README.memory.md).
+ */
+async function listen(deps: Deps) {
   const { config, log } = deps
+  const { buildApp } = await import('./app')
   const app = buildApp(deps)
   app.listen({
     port: config.port,
@@ -165,12 +168,8 @@ function listen(deps: Deps) {
   )
   // Written at once: whoever waits for the port to answer may look for this line next.
   flushLogs()
-  // The console's script is bundled now rather than on its first visit (a failure is logged, and the
-  // console's own route retries it).
-  consoleBundle(config.consoleBundle).then(
-    () => log.info({ console: `${scheme}://${config.host}:${server.port}${config.basePath}/console` }, 'console ready'),
-    (err) => log.error({ err }, 'the console failed to build'),
-  )
+  // The console's script is bundled (or read from CONSOLE_BUNDLE) when its page is first visited, not
+  // here: a process whose console nobody opens never holds the bundler's memory (routes/console.ts).
   return server
 }
 

@@ -5,8 +5,8 @@ import type { Deps } from '../deps'
 
 /**
  * The management console (docs/console.md): a page at `<BASE_PATH>/console` whose script, built by
- * Bun's bundler from src/console/ at start-up (main.ts) or ahead of time (CONSOLE_BUNDLE, as in the
- * container image), talks only to the public /v1 API with the API key the user signs in with.
+ * Bun's bundler from src/console/ when the page is first visited or ahead of time (CONSOLE_BUNDLE, as
+ * in the container image), talks only to the public /v1 API with the API key the user signs in with.
  * Mermaid is served from node_modules and loaded only by pages with a diagram.
  */
 export const CONSOLE_CSP = [
@@ -72,7 +72,19 @@ export function consoleRoutes(deps: Deps) {
 </html>
 `
   const headers = (type: string, cache = 'no-cache') => ({ 'content-type': type, 'cache-control': cache })
-  const html = () => new Response(page, { headers: headers('text/html; charset=utf-8') })
+  // The page's visit starts the script's build (~15 ms; ~3 MB that a process whose console nobody
+  // opens never holds), so it is ready, or nearly, when the browser asks for it; a failure is logged
+  // here and retried by the script's own request.
+  const script = () => {
+    const first = bundle === undefined
+    const p = consoleBundle(deps.config.consoleBundle)
+    if (first) p.then(() => deps.log.info('console script ready'), (err) => deps.log.error({ err }, 'the console failed to build'))
+    return p
+  }
+  const html = () => {
+    void script().catch(() => {})
+    return new Response(page, { headers: headers('text/html; charset=utf-8') })
+  }
   // Documented like /metrics: no authentication (the page signs in to the API itself), not JSON.
   const doc = (summary: string, type: string) => ({
     detail: { tags: ['console'], summary, security: [], responses: { 200: { description: summary, content: { [type]: { schema: { type: 'string' as const } } } } } },
@@ -82,7 +94,7 @@ export function consoleRoutes(deps: Deps) {
     .get(base, html, page200)
     // The same page with a trailing slash, left out of the OpenAPI document (one path, one operation).
     .get(`${base}/`, html, { detail: { hide: true } })
-    .get(`${base}/app.js`, async () => new Response(await consoleBundle(deps.config.consoleBundle), { headers: headers('text/javascript; charset=utf-8') }), doc('The console\'s script, bundled from src/console by Bun', 'text/javascript'))
+    .get(`${base}/app.js`, async () => new Response(await script(), { headers: headers('text/javascript; charset=utf-8') }), doc('The console\'s script, bundled from src/console by Bun', 'text/javascript'))
     .get(`${base}/app.css`, () => {
       styles ??= readFileSync(join(ROOT, 'style.css'), 'utf8')
       return new Response(styles, { headers: headers('text/css; charset=utf-8') })

@@ -57,6 +57,9 @@ export function docsRoutes(documentation: Record<string, unknown>, named: Record
     refined ??= app().handle(new Request(new URL(RAW, request.url).href))
       .then((res) => res.json())
       .then((doc) => refineDocument(doc, named))
+      // Generating it leaves ~10-20 MB of garbage that an idle process may hold for long: collected
+      // now, once (15-35 ms on this first request; bench/README.memory.md).
+      .then((doc) => (Bun.gc(true), doc))
       .catch((err) => {
         refined = undefined
         throw err

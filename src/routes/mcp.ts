@@ -5,7 +5,7 @@ import * as agents from '../domain/agents/service'
 import { prepareAudit, recordAudit } from '../domain/audit'
 import * as bases from '../domain/knowledge/bases'
 import { searchKnowledgeBase } from '../domain/knowledge/search'
-import { handleMcpRequest, type McpCall, type McpTool, type ToolContext } from '../domain/mcp/server'
+import type { McpCall, McpTool, ToolContext } from '../domain/mcp/server'
 import * as runs from '../domain/workflows/runs'
 import * as workflows from '../domain/workflows/service'
 import { AppError, invalid, type ErrorCode } from '../lib/errors'
@@ -18,6 +18,8 @@ import { authenticated } from './plugins/auth'
 import { stateOf } from './plugins/request-state'
 import { toSync } from './runs.model'
 import { toWorkflow } from './workflows.model'
+
+let mcpServer: Promise<typeof import('../domain/mcp/server')> | undefined
 
 /** list_resources pages newest first, as the REST lists do by default; no filters. */
 const newestFirst: ListSpec = { sortable: { created_at: 'time' }, filters: {} }
@@ -133,6 +135,8 @@ export function mcpRoutes(deps: Deps) {
       if (sessionHeader !== undefined && !SESSION.test(sessionHeader)) throw invalid('Mcp-Session-Id', 'must be 1-128 visible ASCII characters')
       const ctx: ToolContext = { deps, caller, requestId, workspaceHeader: headers['x-workspace-id'], signal: request.signal }
       const call: McpCall = { ctx, session: sessionHeader ?? null }
+      // The MCP server's SDK is loaded by the first call, not at start-up (~20 MB resident, bench/README.memory.md).
+      const { handleMcpRequest } = await (mcpServer ??= import('../domain/mcp/server'))
       const answer = await handleMcpRequest(TOOLS, call, forTransport(request), body)
       if (call.failure) throw call.failure
       // Cast: Elysia types an async handler as a Promise of one answer type (a Response, or a declared body), not of their union.

@@ -73,3 +73,19 @@ describe('counts', () => {
     for (const c of chunks) expect(c.tokens).toBeLessThanOrEqual(DEFAULT_CHUNKING.chunk_size)
   })
 })
+
+describe('o200k ranks read from the .tiktoken data file', () => {
+  test('are the table of gpt-tokenizer\'s own bpeRanks module, entry by entry', async () => {
+    const { o200kRanks } = await import('../../src/lib/bpe')
+    const library = (await import('gpt-tokenizer/esm/bpeRanks/o200k_base.js' as string)).default as (string | number[])[]
+    const ours = o200kRanks()
+    expect(ours.length).toBe(library.length)
+    let differ = 0
+    for (let i = 0; i < library.length; i++) {
+      const a = library[i]
+      const b = ours[i]
+      if (i in library !== i in ours || (typeof a === 'string' ? a !== b : JSON.stringify(a) !== JSON.stringify(b))) differ++
+    }
+    expect(differ).toBe(0)
+  })
+})

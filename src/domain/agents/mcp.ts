@@ -1,7 +1,7 @@
-import { Client } from '@modelcontextprotocol/sdk/client/index.js'
-import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import type { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { FetchLike } from '@modelcontextprotocol/sdk/shared/transport.js'
-import { ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js'
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js'
 import ipaddr from 'ipaddr.js'
 import { sha256Hex } from '../../lib/crypto'
 import { checkUrlShape, isPublicAddress, resolveAllowed, UnsafeUrlError, type PinnedAddress, type UrlPolicy } from '../../lib/net-guard'
@@ -97,6 +97,35 @@ interface Entry {
   expiresAt: number
 }
 
+/**
+ * The SDK's client, loaded with the first connection rather than at start-up: ~20 MB resident that a
+ * process whose agents use no MCP server never needs (bench/README.memory.md). Every error test below
+ * follows a connection attempt, so the SDK is loaded by then.
+ */
+interface Sdk {
+  Client: typeof import('@modelcontextprotocol/sdk/client/index.js').Client
+  StreamableHTTPClientTransport: typeof import('@modelcontextprotocol/sdk/client/streamableHttp.js').StreamableHTTPClientTransport
+  StreamableHTTPError: typeof import('@modelcontextprotocol/sdk/client/streamableHttp.js').StreamableHTTPError
+  McpError: typeof import('@modelcontextprotocol/sdk/types.js').McpError
+  RequestTimeout: number
+}
+let sdk: Sdk | undefined
+
+async function loadSdk(): Promise<Sdk> {
+  if (!sdk) {
+    const [client, http, types] = await Promise.all([
+      import('@modelcontextprotocol/sdk/client/index.js'),
+      import('@modelcontextprotocol/sdk/client/streamableHttp.js'),
+      import('@modelcontextprotocol/sdk/types.js'),
+    ])
+    sdk = { Client: client.Client, StreamableHTTPClientTransport: http.StreamableHTTPClientTransport, StreamableHTTPError: http.StreamableHTTPError, McpError: types.McpError, RequestTimeout: types.ErrorCode.RequestTimeout }
+  }
+  return sdk
+}
+
+const isHttpError = (err: unknown): err is InstanceType<Sdk['StreamableHTTPError']> => sdk !== undefined && err instanceof sdk.StreamableHTTPError
+const isMcpError = (err: unknown): err is InstanceType<Sdk['McpError']> => sdk !== undefined && err instanceof sdk.McpError
+
 /** One pool per process: connections are keyed by what they are (URL, sealed headers, SSRF policy). */
 const pool = new Map<string, Entry>()
 
@@ -143,15 +172,15 @@ export async function callMcpTool(
     } catch (err) {
       if (opts.signal.aborted) throw err
       // A session the server forgot (restarted, expired) answers 404: nothing ran, so one retry on a new one.
-      if (err instanceof StreamableHTTPError && err.code === 404 && attempt === 0) {
+      if (isHttpError(err) && err.code === 404 && attempt === 0) {
         evict(spec, conn)
         continue
       }
-      if (err instanceof McpError && err.code === ErrorCode.RequestTimeout) return failure('mcp_timeout', `${where} gave no answer within ${opts.timeoutMs} ms`)
-      if (err instanceof McpError) return failure('mcp_error', scrub(`${where} failed: ${err.message}`, conn.secrets))
+      if (isMcpError(err) && err.code === sdk!.RequestTimeout) return failure('mcp_timeout', `${where} gave no answer within ${opts.timeoutMs} ms`)
+      if (isMcpError(err)) return failure('mcp_error', scrub(`${where} failed: ${err.message}`, conn.secrets))
       // The connection itself failed (reset, refused, an HTTP error): the next call opens a new one.
       evict(spec, conn)
-      return failure(err instanceof StreamableHTTPError ? 'mcp_error' : 'mcp_unavailable', scrub(`${where} failed: ${describe(err)}`, conn.secrets))
+      return failure(isHttpError(err) ? 'mcp_error' : 'mcp_unavailable', scrub(`${where} failed: ${describe(err)}`, conn.secrets))
     } finally {
       release(conn)
     }
@@ -237,6 +266,7 @@ async function connect(spec: McpServerSpec, listTimeoutMs: number, callTimeoutMs
   const headers: Record<string, string> = {}
   for (const [name, sealed] of Object.entries(spec.sealedHeaders)) headers[name] = spec.open(sealed)
   const secrets = Object.values(headers).filter((v) => v.length >= 4)
+  const { Client, StreamableHTTPClientTransport } = await loadSdk()
   const transport = new StreamableHTTPClientTransport(url, {
     fetch: pinnedFetch(url, pinned, headers, callTimeoutMs + STREAM_GRACE_MS),
     // Server-initiated streams are not listened for (pinnedFetch answers their GET 405), so nothing reconnects.
@@ -260,9 +290,9 @@ async function connect(spec: McpServerSpec, listTimeoutMs: number, callTimeoutMs
     return conn
   } catch (err) {
     void shut(conn)
-    const timedOut = (err instanceof McpError && err.code === ErrorCode.RequestTimeout) || (err as Error)?.name === 'TimeoutError'
+    const timedOut = (isMcpError(err) && err.code === sdk!.RequestTimeout) || (err as Error)?.name === 'TimeoutError'
     if (timedOut) throw new McpFailure('mcp_timeout', `listing the tools of ${shown} took more than ${listTimeoutMs} ms`)
-    throw new McpFailure(err instanceof McpError || err instanceof StreamableHTTPError ? 'mcp_error' : 'mcp_unavailable', scrub(`listing the tools of ${shown} failed: ${describe(err)}`, secrets))
+    throw new McpFailure(isMcpError(err) || isHttpError(err) ? 'mcp_error' : 'mcp_unavailable', scrub(`listing the tools of ${shown} failed: ${describe(err)}`, secrets))
   }
 }
 

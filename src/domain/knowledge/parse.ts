@@ -5,11 +5,9 @@
  * to a status; nothing else escapes, whatever the bytes.
  */
 import { parseCsv } from './parse/csv'
-import { parseDocx } from './parse/docx'
 import { parseHtml } from './parse/html'
 import { parseJson } from './parse/json'
 import { parseMarkdown } from './parse/markdown'
-import { readPdf } from './parse/pdf'
 import { parseTxt } from './parse/text'
 import { type Block, type DocType, ParseError, type ParsedDocument } from './parse/types'
 
@@ -72,8 +70,10 @@ const parsers: Record<DocType, (bytes: Uint8Array) => Block[] | Promise<Block[]>
   txt: parseTxt,
   md: parseMarkdown,
   html: parseHtml,
-  pdf: readPdf,
-  docx: parseDocx,
+  // Loaded by the first file of their type: mammoth (with JSZip) is ~17 MB resident, and the service's
+  // own process, which imports this module for detectType, never parses (bench/README.memory.md).
+  pdf: async (bytes) => (await import('./parse/pdf')).readPdf(bytes),
+  docx: async (bytes) => (await import('./parse/docx')).parseDocx(bytes),
   csv: parseCsv,
   json: parseJson,
 }

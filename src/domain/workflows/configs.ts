@@ -1,8 +1,8 @@
-import jsonata from 'jsonata'
 import { AppError, type ErrorDetail } from '../../lib/errors'
 import { schemaProblem } from '../../lib/json-schema'
 import { checkResponseFormat } from '../models/response-format'
 import type { NodeType } from './types'
+import { jsonata } from './nodes/condition'
 
 /** A path inside a node's config: `['cases', 0, 'when']`. */
 export type Path = (string | number)[]

@@ -1,4 +1,3 @@
-import { IoRedis } from './ioredis'
 import { MemoryRedis, type Durable } from './memory'
 import type { RedisPort } from './port'
 
@@ -6,8 +5,11 @@ export { RedisUnavailableError, type RedisPort } from './port'
 
 /**
  * Real Redis at `url`, or the in-process stand-in; `durable` names the keys the stand-in must keep
- * across restarts (real Redis keeps them itself).
+ * across restarts (real Redis keeps them itself). ioredis (~14 MB resident) is loaded only for real
+ * Redis: the embedded default never needs it (bench/README.memory.md).
  */
 export function openRedis(url: string | null, prefix = 'ap:', durable?: Durable): RedisPort {
-  return url ? new IoRedis(url, prefix) : new MemoryRedis(Date.now, durable)
+  if (!url) return new MemoryRedis(Date.now, durable)
+  const { IoRedis } = require('./ioredis') as typeof import('./ioredis')
+  return new IoRedis(url, prefix)
 }
