@@ -145,6 +145,14 @@ export function malformed(p: ResolvedProvider, what: string): ProviderError {
  * consumer's `return()`) aborts the request, which closes the upstream connection.
  */
 export async function* postSse(u: Upstream): AsyncGenerator<EventSourceMessage> {
+  for await (const batch of postSseBatches(u)) yield* batch
+}
+
+/**
+ * `postSse`, the events of each read of the body together (never an empty batch): a relay handles a
+ * read's worth at once (one write to its client, one step of each generator) instead of one by one.
+ */
+export async function* postSseBatches(u: Upstream): AsyncGenerator<EventSourceMessage[]> {
   const deadline = new Deadline(u.provider.timeout_ms ?? DEFAULT_TIMEOUT_MS)
   const own = new AbortController()
   const signal = AbortSignal.any([u.signal, deadline.signal, own.signal])
@@ -168,12 +176,12 @@ export async function* postSse(u: Upstream): AsyncGenerator<EventSourceMessage> 
       if (done) {
         const rest = decoder.decode()
         if (rest) parser.feed(rest)
-        for (const e of queue.splice(0)) yield e
+        if (queue.length > 0) yield queue.splice(0)
         break
       }
       parser.feed(decoder.decode(value, { stream: true }))
       if (overflow) throw malformed(u.provider, `an event larger than ${MAX_EVENT} characters`)
-      for (const e of queue.splice(0)) yield e
+      if (queue.length > 0) yield queue.splice(0)
     }
     finished = true
   } catch (err) {
