@@ -2,7 +2,7 @@ import { Limiter } from '../../../lib/limiter'
 import { countChatTokens, countTokens } from '../../../lib/tokens'
 import type { ResolvedProvider } from '../catalog'
 import type { ChatChunk, ChatCompletion, ChatRequest, EmbeddingResult, Provider, RawChunk, RerankResult, Usage } from '../types'
-import { isObject, malformed, postJson, postSseBatches, type Upstream } from './upstream'
+import { isObject, malformed, postJson, postSseData, type Upstream } from './upstream'
 
 /**
  * Any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, LM Studio, DeepSeek...) on plain fetch.
@@ -61,7 +61,7 @@ export class OpenAIProvider implements Provider {
 
   /** `chatStream`, a read's worth of chunks at a time, each with the upstream's JSON text. */
   async *chatStreamBatches(req: ChatRequest, signal: AbortSignal): AsyncIterable<RawChunk[]> {
-    const batches = postSseBatches(this.upstream('/chat/completions', { ...chatBody(req), stream: true, stream_options: { include_usage: true } }, signal))
+    const batches = postSseData(this.upstream('/chat/completions', { ...chatBody(req), stream: true, stream_options: { include_usage: true } }, signal))
     let usageSeen = false
     let finished = false
     let last: ChatChunk | undefined
@@ -113,6 +113,8 @@ export class OpenAIProvider implements Provider {
 
   /** One event's chunk, or why it is not one. */
   private checked(data: string): ChatChunk {
+    const fast = contentChunk(data)
+    if (fast) return fast
     let chunk: unknown
     try {
       chunk = JSON.parse(data)
@@ -170,6 +172,26 @@ export class OpenAIProvider implements Provider {
     if (topN !== undefined) results.splice(topN)
     return { results, tokens: rerankTokens(json, query, documents) }
   }
+}
+
+/**
+ * The chunk that makes up nearly all of an OpenAI stream, in the exact form OpenAI's servers (and the
+ * compatible ones that copy them) write it: one choice whose delta is text, no finish reason, no
+ * usage. Recognised by one pattern instead of parsing the whole JSON text; anything else (a tool call,
+ * the finish, the usage, other fields, other spacing) is parsed as usual.
+ */
+const CONTENT_CHUNK = /^\{"id":"([^"\\]*)","object":"chat\.completion\.chunk","created":(\d{1,15}),"model":"([^"\\]*)",(?:"service_tier":"[^"\\]*",)?(?:"system_fingerprint":(?:"[^"\\]*"|null),)?"choices":\[\{"index":0,"delta":\{("role":"assistant",)?"content":"((?:[^"\\]|\\.)*)"(?:,"refusal":null)?\},"logprobs":null,"finish_reason":null\}\](,"usage":null)?(?:,"obfuscation":"[^"\\]*")?\}$/
+
+export function contentChunk(data: string): ChatChunk | null {
+  const m = CONTENT_CHUNK.exec(data)
+  if (!m) return null
+  // The text as JSON wrote it: decoded only when it has an escape.
+  const raw = m[5]!
+  const content = raw.indexOf('\\') < 0 ? raw : (JSON.parse(`"${raw}"`) as string)
+  const delta: ChatChunk['choices'][number]['delta'] = m[4] ? { role: 'assistant', content } : { content }
+  const chunk: ChatChunk = { id: m[1]!, object: 'chat.completion.chunk', created: Number(m[2]), model: m[3]!, choices: [{ index: 0, delta, finish_reason: null }] }
+  if (m[6]) chunk.usage = null
+  return chunk
 }
 
 /** Only the fields of ChatRequest, so nothing the gateway carries along (`stream`...) leaks upstream. */
