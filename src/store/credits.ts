@@ -75,11 +75,6 @@ export async function addCharge(sql: Sql, c: Charge, at: Date): Promise<{ after:
   return { after: Number(row!.used), crossed: row!.fired_now }
 }
 
-export async function getBudget(sql: Sql, workspaceId: string): Promise<BudgetRow | null> {
-  const [row] = await sql<BudgetRow[]>`select * from workspace_budgets where workspace_id = ${workspaceId}`
-  return row ?? null
-}
-
 export async function putBudget(tx: Tx, b: Omit<BudgetRow, 'updated_at' | 'credits'> & { credits: number }): Promise<BudgetRow> {
   const [row] = await tx<BudgetRow[]>`
     insert into workspace_budgets (workspace_id, credits, period, thresholds, hard_limit)
