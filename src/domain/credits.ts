@@ -1,8 +1,8 @@
 import { AppError } from '../lib/errors'
 import type { Pool, Tx } from '../store/db'
 import * as store from '../store/credits'
-import { emit } from '../store/events'
-import type { Caller } from './access'
+import { authorize, type Caller } from './access'
+import type { WorkspaceAccessRow } from '../store/workspaces'
 import type { ModelSpec } from './models/catalog'
 import { access } from './workspaces'
 import { round6 } from '../lib/usage'
@@ -26,6 +26,23 @@ export function price(model: Pick<ModelSpec, 'pricing'>, tokensIn: number, token
 export async function checkBudget(sql: Pool, workspaceId: string, now = new Date()): Promise<void> {
   const budget = await store.budgetState(sql, workspaceId, now)
   if (!budget?.hard_limit) return
+  exceeded(workspaceId, budget)
+}
+
+/**
+ * Before a model call (docs/models.md, "Credits and budgets"): the caller may `use` the workspace,
+ * and a hard-limit budget is not used up, in one query. A refused access (403/404) wins over an
+ * exhausted budget (402), as when the two were asked apart.
+ */
+export async function checkAccessAndBudget(sql: Pool, caller: Caller, workspaceId: string, now = new Date()): Promise<void> {
+  const row = await store.accessAndBudget(sql, workspaceId, caller.userId, now)
+  authorize(caller, row?.access as WorkspaceAccessRow | null ?? null, 'use', { id: workspaceId })
+  const budget = row!.budget
+  if (!budget?.hard_limit) return
+  exceeded(workspaceId, budget)
+}
+
+function exceeded(workspaceId: string, budget: { used: string; credits: string; period: string }): void {
   const used = Number(budget.used)
   if (used >= Number(budget.credits)) {
     throw new AppError('budget_exceeded', `workspace ${workspaceId} used ${used} of its ${Number(budget.credits)} credits this ${budget.period}; raise the budget or wait for the next period`)
@@ -33,35 +50,18 @@ export async function checkBudget(sql: Pool, workspaceId: string, now = new Date
 }
 
 /**
- * Charges a call. The running total and every threshold it crosses are decided under the period
- * row's lock, so each threshold's `credit.budget.threshold` event is written once per period, in the
- * same transaction (the outbox delivers it after commit).
+ * Charges a call, in one statement (`store.addCharge`): the ledger row, the running total, and every
+ * threshold it crosses, decided under the period row's lock, so each threshold's
+ * `credit.budget.threshold` event is written once per period, committed with the charge (the outbox
+ * delivers it after commit). Outside a transaction that is one round trip and one commit.
  */
-export function charge(sql: Pool, c: store.Charge, now = new Date()): Promise<{ crossed: number[] }> {
-  return sql.begin((tx) => chargeIn(tx, c, now))
+export async function charge(sql: Pool, c: store.Charge, now = new Date()): Promise<{ crossed: number[] }> {
+  return { crossed: (await store.addCharge(sql, c, now)).crossed }
 }
 
 /** `charge` inside the caller's transaction (an agent's answer commits with the credits it cost). */
 export async function chargeIn(tx: Tx, c: store.Charge, now = new Date()): Promise<{ crossed: number[] }> {
-  const { after, fired } = await store.addCharge(tx, c, now)
-  const budget = await store.getBudget(tx, c.workspace_id)
-  if (!budget) return { crossed: [] }
-  const total = Number(budget.credits)
-  // Once per threshold per period: a threshold already fired in this period never fires again.
-  const crossed = budget.thresholds.filter((t) => !fired.includes(t) && after >= (t / 100) * total)
-  if (crossed.length === 0) return { crossed }
-  await store.markThresholdsFired(tx, c.workspace_id, now, crossed)
-  for (const t of crossed) {
-    await emit(tx, c.workspace_id, 'credit.budget.threshold', {
-      workspace_id: c.workspace_id,
-      threshold_percent: t,
-      used_credits: after,
-      budget_credits: total,
-      period: budget.period,
-      period_start: store.periodStart(now),
-    })
-  }
-  return { crossed }
+  return { crossed: (await store.addCharge(tx, c, now)).crossed }
 }
 
 export interface BudgetInput {

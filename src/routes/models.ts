@@ -1,10 +1,9 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps'
-import type { CallContext } from '../domain/models/gateway'
-import type { ChatChunk } from '../domain/models/types'
-import { checkBudget } from '../domain/credits'
+import { relayText, type CallContext, type Relayed } from '../domain/models/gateway'
+import { checkAccessAndBudget } from '../domain/credits'
 import { checkChatParams, shortenEmbeddings } from '../domain/models/openai-params'
-import { access, resolveWorkspaceId } from '../domain/workspaces'
+import { resolveWorkspaceId } from '../domain/workspaces'
 import type { Caller } from '../domain/access'
 import { notFound } from '../lib/errors'
 import { errors } from './common.model'
@@ -31,11 +30,9 @@ export function modelRoutes(deps: Deps) {
 
   async function context(caller: Caller, requestId: string, explicit: string | undefined, header: string | undefined): Promise<CallContext> {
     const workspaceId = await resolveWorkspaceId(sql, caller, explicit, header)
-    // Both before any provider is called, side by side (two queries, one wait: ~0.2 ms of the first
-    // token on PGlite); a refused access (403/404) wins over an exhausted budget (402).
-    const [allowed, budget] = await Promise.allSettled([access(sql, caller, workspaceId, 'use'), checkBudget(sql, workspaceId)])
-    if (allowed.status === 'rejected') throw allowed.reason
-    if (budget.status === 'rejected') throw budget.reason
+    // Both before any provider is called, in one query; a refused access (403/404) wins over an
+    // exhausted budget (402).
+    await checkAccessAndBudget(sql, caller, workspaceId)
     return { workspaceId, requestId, budgetChecked: true }
   }
 
@@ -53,12 +50,20 @@ export function modelRoutes(deps: Deps) {
     }
   }
 
-  /** OpenAI's stream format: `data: <chunk>` lines, `data: [DONE]` at the end, an `error` event on failure. */
-  async function* chunks(ctx: CallContext, source: AsyncIterable<ChatChunk>, includeUsage: boolean): AsyncGenerator<SseEvent> {
+  /**
+   * OpenAI's stream format: `data: <chunk>` lines, `data: [DONE]` at the end, an `error` event on
+   * failure. The chunks of one upstream read go out as one write, each the upstream's own JSON text
+   * where only the model's name needs changing (`relayText`).
+   */
+  async function* chunks(ctx: CallContext, model: string, source: AsyncIterable<Relayed[]>, includeUsage: boolean): AsyncGenerator<SseEvent> {
     try {
-      for await (const chunk of source) {
-        if (chunk.choices.length === 0 && !includeUsage) continue
-        yield { data: JSON.stringify(chunk) }
+      for await (const batch of source) {
+        let raw = ''
+        for (const r of batch) {
+          if (r.chunk.choices.length === 0 && !includeUsage) continue
+          raw += `data: ${relayText(r, model)}\n\n`
+        }
+        if (raw) yield { raw }
       }
       yield { data: '[DONE]' }
     } catch (err) {
@@ -79,18 +84,18 @@ export function modelRoutes(deps: Deps) {
     const req = chatRequest(body)
     if (body.stream) {
       const abort = new AbortController()
-      const stream = gateway.chatStream(ctx, model, req, abort.signal)
+      const stream = gateway.chatStreamBatches(ctx, model, req, abort.signal)
       // The first chunk is awaited here, so that an error before any byte (unknown route, budget,
       // every route failed) is an ordinary JSON error answer, not a broken stream.
       const first = await stream.next()
-      const rest: AsyncIterable<ChatChunk> = {
+      const rest: AsyncIterable<Relayed[]> = {
         async *[Symbol.asyncIterator]() {
           if (!first.done) yield first.value
           yield* { [Symbol.asyncIterator]: () => stream }
         },
       }
       // Cast: Elysia types an async handler as a Promise of one answer type (a Response, or a declared body), not of their union.
-      return sseResponse(deps, request, set, route, chunks(ctx, rest, body.stream_options?.include_usage ?? includeUsageDefault), abort) as never
+      return sseResponse(deps, request, set, route, chunks(ctx, model.id, rest, body.stream_options?.include_usage ?? includeUsageDefault), abort) as never
     }
     const c = await gateway.chat(ctx, model, req, request.signal ?? new AbortController().signal)
     // The known fields only: upstreams add their own (system_fingerprint, usage details...).

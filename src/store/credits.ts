@@ -1,5 +1,7 @@
 import { newId } from '../lib/ids'
 import type { Sql, Tx } from './db'
+import { traceJson } from './trace-context'
+import type { Role } from './workspaces'
 
 export interface BudgetRow {
   workspace_id: string
@@ -25,32 +27,52 @@ export function periodStart(at: Date): string {
   return `${at.getUTCFullYear()}-${String(at.getUTCMonth() + 1).padStart(2, '0')}-01`
 }
 
+/** Most thresholds a budget has (the API's limit): one event id ready for each. */
+const MAX_THRESHOLDS = 20
+
 /**
- * Records a charge and adds it to the period's running total in one statement pair: the upsert takes
- * the period row's lock, so 50 charges landing at once are applied one after another, none lost.
- * Returns the total before and after, and the thresholds already fired.
+ * A charge in one statement, so one round trip and, outside a transaction, one commit: the ledger
+ * row; the period's running total (the upsert takes the period row's lock, so 50 charges landing at
+ * once are applied one after another, none lost); the budget's thresholds that the new total reaches
+ * and that have not fired in the period, decided under that lock and marked fired; and their
+ * `credit.budget.threshold` events in the outbox. Returns the total after the charge and the
+ * thresholds it fired.
  */
-export async function addCharge(tx: Tx, c: Charge, at: Date): Promise<{ before: number; after: number; fired: number[] }> {
-  await tx`
-    insert into credit_ledger (id, workspace_id, model, kind, tokens_in, tokens_out, credits, request_id)
-    values (${newId('crd')}, ${c.workspace_id}, ${c.model}, ${c.kind}, ${c.tokens_in}, ${c.tokens_out}, ${c.credits}, ${c.request_id})`
-  const [row] = await tx<{ used: string; thresholds_fired: number[] }[]>`
-    insert into credit_periods (workspace_id, period_start, used) values (${c.workspace_id}, ${periodStart(at)}, ${c.credits})
-    on conflict (workspace_id, period_start) do update set used = credit_periods.used + excluded.used
-    returning used, thresholds_fired`
-  const after = Number(row!.used)
-  return { before: after - c.credits, after, fired: row!.thresholds_fired }
-}
-
-export async function markThresholdsFired(tx: Tx, workspaceId: string, at: Date, thresholds: number[]): Promise<void> {
-  await tx`
-    update credit_periods set thresholds_fired = thresholds_fired || ${thresholds}::int[]
-    where workspace_id = ${workspaceId} and period_start = ${periodStart(at)}`
-}
-
-export async function getBudget(sql: Sql, workspaceId: string): Promise<BudgetRow | null> {
-  const [row] = await sql<BudgetRow[]>`select * from workspace_budgets where workspace_id = ${workspaceId}`
-  return row ?? null
+export async function addCharge(sql: Sql, c: Charge, at: Date): Promise<{ after: number; crossed: number[] }> {
+  const period = periodStart(at)
+  const ids = Array.from({ length: MAX_THRESHOLDS }, () => newId('evt'))
+  const [row] = await sql<{ used: string; fired_now: number[] }[]>`
+    with ledger as (
+      insert into credit_ledger (id, workspace_id, model, kind, tokens_in, tokens_out, credits, request_id)
+      values (${newId('crd')}, ${c.workspace_id}, ${c.model}, ${c.kind}, ${c.tokens_in}, ${c.tokens_out}, ${c.credits}, ${c.request_id})
+    ), total as (
+      insert into credit_periods as p (workspace_id, period_start, used, thresholds_fired, fired_now)
+      select ${c.workspace_id}, ${period}, v.credits, v.crossed, v.crossed
+      from (select ${c.credits}::numeric as credits) n, lateral (
+        select n.credits, array(
+          select t from workspace_budgets b, unnest(b.thresholds) t
+          where b.workspace_id = ${c.workspace_id} and n.credits >= t / 100.0 * b.credits order by t) as crossed
+      ) v
+      on conflict (workspace_id, period_start) do update set
+        used = p.used + excluded.used,
+        thresholds_fired = p.thresholds_fired || array(
+          select t from workspace_budgets b, unnest(b.thresholds) t
+          where b.workspace_id = p.workspace_id and t <> all (p.thresholds_fired) and p.used + excluded.used >= t / 100.0 * b.credits order by t),
+        fired_now = array(
+          select t from workspace_budgets b, unnest(b.thresholds) t
+          where b.workspace_id = p.workspace_id and t <> all (p.thresholds_fired) and p.used + excluded.used >= t / 100.0 * b.credits order by t)
+      returning used, fired_now
+    ), fired as (
+      insert into events (id, workspace_id, type, data, created_at, trace_context)
+      select (${ids}::text[])[f.n], ${c.workspace_id}, 'credit.budget.threshold', jsonb_build_object(
+          'workspace_id', ${c.workspace_id}::text, 'threshold_percent', f.t, 'used_credits', total.used::float8,
+          'budget_credits', b.credits::float8, 'period', b.period, 'period_start', ${period}::text),
+        clock_timestamp(), ${traceJson(sql)}::jsonb
+      from total cross join unnest(total.fired_now) with ordinality f(t, n)
+      join workspace_budgets b on b.workspace_id = ${c.workspace_id}
+    )
+    select total.used::text as used, total.fired_now from total`
+  return { after: Number(row!.used), crossed: row!.fired_now }
 }
 
 export async function putBudget(tx: Tx, b: Omit<BudgetRow, 'updated_at' | 'credits'> & { credits: number }): Promise<BudgetRow> {
@@ -71,6 +93,29 @@ export async function budgetState(sql: Sql, workspaceId: string, at: Date): Prom
     left join credit_periods p on p.workspace_id = b.workspace_id and p.period_start = ${periodStart(at)}
     where b.workspace_id = ${workspaceId}`
   return row ?? null
+}
+
+/**
+ * The hot read before a model call, in one query: the workspace, the caller's role in it, and its
+ * budget with the credits used in the period that `at` falls in (null budget: none). Only the
+ * columns that deciding access needs (`authorize`); null when the workspace does not exist.
+ */
+export async function accessAndBudget(sql: Sql, workspaceId: string, userId: string, at: Date): Promise<{
+  access: { id: string; owner_id: string; status: 'active' | 'archived'; role: Role | null }
+  budget: (Pick<BudgetRow, 'credits' | 'period' | 'hard_limit'> & { used: string }) | null
+} | null> {
+  const [row] = await sql<{ id: string; owner_id: string; status: 'active' | 'archived'; role: Role | null; credits: string | null; period: 'month' | null; hard_limit: boolean | null; used: string }[]>`
+    select w.id, w.owner_id, w.status, m.role, b.credits::text as credits, b.period, b.hard_limit, coalesce(p.used, 0)::text as used
+    from workspaces w
+    left join workspace_members m on m.workspace_id = w.id and m.user_id = ${userId}
+    left join workspace_budgets b on b.workspace_id = w.id
+    left join credit_periods p on p.workspace_id = w.id and p.period_start = ${periodStart(at)}
+    where w.id = ${workspaceId}`
+  if (!row) return null
+  return {
+    access: { id: row.id, owner_id: row.owner_id, status: row.status, role: row.role },
+    budget: row.credits === null ? null : { credits: row.credits, period: row.period!, hard_limit: row.hard_limit!, used: row.used },
+  }
 }
 
 export interface UsageRow {

@@ -8,7 +8,7 @@ import { charge, checkBudget, price } from '../credits'
 import type { Catalog, ModelSpec, ModelType } from './catalog'
 import { CircuitBreaker } from './circuit-breaker'
 import { embedBatches } from './embed-batches'
-import { ProviderError, type ChatChunk, type ChatCompletion, type ChatRequest, type Provider, type Usage } from './types'
+import { ProviderError, type ChatChunk, type ChatCompletion, type ChatRequest, type Provider, type RawChunk, type Usage } from './types'
 import { capped, captureContent, contextWith, failSpan, runIn, SpanKind, startSpan, tracingOn, type Attributes, type Span } from '../../lib/tracing'
 
 /** Who a call is for: the workspace charged and the request that made it. */
@@ -90,11 +90,24 @@ export class Gateway {
    * Whatever was produced is charged, also when the client went away or the upstream failed.
    */
   chatStream(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal): AsyncGenerator<ChatChunk> {
-    // With tracing off the stream is the generator itself: no delegating layer per chunk.
+    return this.chunksOf(model, this.chatStreamBatches(ctx, model, req, signal))
+  }
+
+  private async *chunksOf(model: ModelSpec, batches: AsyncGenerator<Relayed[]>): AsyncGenerator<ChatChunk> {
+    for await (const batch of batches) for (const r of batch) yield r.final ? r.chunk : { ...r.chunk, model: model.id, usage: undefined }
+  }
+
+  /**
+   * `chatStream`, a read of the upstream's at a time, each chunk as the upstream sent it with its
+   * JSON text where there is one: a relay rewrites what it must (`relayText`) instead of serialising
+   * every chunk again. The last batch holds the usage chunk (`final`), already in its answer's form.
+   */
+  chatStreamBatches(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal): AsyncGenerator<Relayed[]> {
+    // With tracing off the stream is the generator itself: no delegating layer per batch.
     return tracingOn ? this.tracedStream(ctx, model, req, signal) : this.stream(ctx, model, req, signal, null)
   }
 
-  private async *tracedStream(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal): AsyncGenerator<ChatChunk> {
+  private async *tracedStream(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal): AsyncGenerator<Relayed[]> {
     const span = callSpan('chat', ctx, model, { ...chatAttributes(req), 'gen_ai.request.stream': true })
     try {
       yield* this.stream(ctx, model, req, signal, span)
@@ -106,11 +119,13 @@ export class Gateway {
     }
   }
 
-  private async *stream(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal, span: Span | null): AsyncGenerator<ChatChunk> {
+  private async *stream(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal, span: Span | null): AsyncGenerator<Relayed[]> {
     if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
-    let first: IteratorResult<ChatChunk> | null = null
+    let first: IteratorResult<RawChunk[]> | null = null
     const call = () => this.failover(ctx, model, signal, async (provider, route) => {
-      const it = provider.chatStream({ ...req, model: route.model }, signal)[Symbol.asyncIterator]()
+      const r = { ...req, model: route.model }
+      const source = provider.chatStreamBatches ? provider.chatStreamBatches(r, signal) : oneByOne(provider.chatStream(r, signal))
+      const it = source[Symbol.asyncIterator]()
       first = await it.next()
       return it
     }, span)
@@ -136,19 +151,25 @@ export class Gateway {
       return this.charge(ctx, model, 'chat', usage.prompt_tokens, usage.completion_tokens)
     }
     try {
-      for (let step = first as IteratorResult<ChatChunk> | null; step && !step.done; step = await iterator.next()) {
-        const chunk = step.value
-        if (chunk.usage) usage = { ...chunk.usage }
-        if (chunk.choices.length === 0) continue
-        for (const c of chunk.choices) {
-          produced += c.delta.content ?? ''
-          if (span && c.finish_reason) finishes.push(c.finish_reason)
+      for (let step = first as IteratorResult<RawChunk[]> | null; step && !step.done; step = await iterator.next()) {
+        const out: Relayed[] = []
+        for (const r of step.value) {
+          const chunk = r.chunk
+          if (chunk.usage) usage = { ...chunk.usage }
+          if (chunk.choices.length === 0) continue
+          for (const c of chunk.choices) {
+            const content = c.delta.content
+            if (content) produced += content
+            if (span && c.finish_reason) finishes.push(c.finish_reason)
+          }
+          last = chunk
+          out.push(r)
         }
-        last = chunk
-        yield { ...chunk, model: model.id, usage: undefined }
+        if (out.length > 0) yield out
       }
       const credits = await settle()
-      yield { id: last?.id ?? `chatcmpl-${ctx.requestId}`, object: 'chat.completion.chunk', created: last?.created ?? Math.floor(Date.now() / 1000), model: model.id, choices: [], usage: { ...usage!, credits } as Usage }
+      const chunk: ChatChunk = { id: last?.id ?? `chatcmpl-${ctx.requestId}`, object: 'chat.completion.chunk', created: last?.created ?? Math.floor(Date.now() / 1000), model: model.id, choices: [], usage: { ...usage!, credits } as Usage }
+      yield [{ chunk, data: null, final: true }]
     } finally {
       if (!charged) await settle().catch((err) => this.d.log.error({ err }, 'charging an interrupted stream failed'))
     }
@@ -262,6 +283,41 @@ export class Gateway {
 }
 
 const key = (r: Route) => `${r.provider}/${r.model}`
+
+/** A chunk of a streamed chat on its way out; `final`: the usage chunk, already in its answer's form. */
+export interface Relayed extends RawChunk {
+  final?: boolean
+}
+
+/** A provider without `chatStreamBatches`: each chunk a batch of its own, with no JSON text. */
+async function* oneByOne(chunks: AsyncIterable<ChatChunk>): AsyncGenerator<RawChunk[]> {
+  for await (const chunk of chunks) yield [{ chunk, data: null }]
+}
+
+/**
+ * A relayed chunk as the JSON text of an OpenAI stream event: the model named as the catalogue's
+ * (`model`), no `usage` (it comes once, in the last chunk). The upstream's own text when the rewrite
+ * is a plain substitution (the usual `"model":"<name>"` and `"usage":null` of OpenAI's servers),
+ * else the chunk serialised again: the same JSON either way.
+ */
+export function relayText(r: Relayed, model: string): string {
+  if (r.final) return JSON.stringify(r.chunk)
+  let text = r.data
+  const chunk = r.chunk
+  if (text !== null && chunk.model !== model) {
+    const needle = typeof chunk.model === 'string' ? `"model":${JSON.stringify(chunk.model)}` : null
+    const found = needle ? text.indexOf(needle) : -1
+    text = found < 0 ? null : `${text.slice(0, found)}"model":${JSON.stringify(model)}${text.slice(found + needle!.length)}`
+  }
+  if (text !== null && 'usage' in chunk) {
+    if (chunk.usage !== null && chunk.usage !== undefined) text = null
+    else {
+      const at = text.indexOf(',"usage":null')
+      text = at < 0 ? null : text.slice(0, at) + text.slice(at + 13)
+    }
+  }
+  return text ?? JSON.stringify({ ...chunk, model, usage: undefined })
+}
 
 /** A GenAI client span (OpenTelemetry's GenAI semantic conventions: docs/observability.md). */
 function callSpan(op: 'chat' | 'embeddings' | 'rerank', ctx: CallContext, model: ModelSpec, extra: Attributes): Span {

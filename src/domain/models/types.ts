@@ -87,12 +87,24 @@ export interface RerankResult {
  * `ProviderError` so the gateway can tell a reason to fail over (429, 5xx, time-out, network) from
  * one to stop at (400, 401...).
  */
+/** A chunk and, when it came from the upstream as is, its JSON text (null: made here). */
+export interface RawChunk {
+  chunk: ChatChunk
+  data: string | null
+}
+
 export interface Provider {
   readonly id: string
   readonly kind: 'openai' | 'anthropic' | 'local'
   chat(req: ChatRequest, signal: AbortSignal): Promise<ChatCompletion>
   /** Chunks as they come; the last carries `usage` when the upstream reports it. */
   chatStream(req: ChatRequest, signal: AbortSignal): AsyncIterable<ChatChunk>
+  /**
+   * The same chunks, those of one upstream read together, each with the upstream's own JSON text
+   * when there is one (a relay can then pass it on without serialising the chunk again). Optional:
+   * the gateway falls back to `chatStream`, one chunk at a time.
+   */
+  chatStreamBatches?(req: ChatRequest, signal: AbortSignal): AsyncIterable<RawChunk[]>
   embed(model: string, inputs: string[], signal: AbortSignal): Promise<EmbeddingResult>
   rerank(model: string, query: string, documents: string[], topN: number | undefined, signal: AbortSignal): Promise<RerankResult>
   /** Largest batch of `embed` inputs one upstream request may carry. */

@@ -4,12 +4,15 @@ import { AppError, errorBody } from '../../lib/errors'
 import { completeIdempotency } from './idempotency'
 import { stateOf } from './request-state'
 
-export interface SseEvent {
+export type SseEvent = {
   /** The `id:` line (a run's event sequence number, for Last-Event-ID). */
   id?: string
   /** The `event:` line; omitted for plain `data:` messages (OpenAI's stream format). */
   event?: string
   data: string
+} | {
+  /** Several events already in the wire format (`data: ...\n\n` each), written at once. */
+  raw: string
 }
 
 const encoder = new TextEncoder()
@@ -95,7 +98,7 @@ export function sseResponse(
           controller.close()
           return
         }
-        const text = `${value.id ? `id: ${value.id}\n` : ''}${value.event ? `event: ${value.event}\n` : ''}data: ${value.data}\n\n`
+        const text = 'raw' in value ? value.raw : `${value.id ? `id: ${value.id}\n` : ''}${value.event ? `event: ${value.event}\n` : ''}data: ${value.data}\n\n`
         if (sent !== null) sent += text
         quiet = false
         controller.enqueue(encoder.encode(text))

@@ -1,8 +1,8 @@
 import { Limiter } from '../../../lib/limiter'
 import { countChatTokens, countTokens } from '../../../lib/tokens'
 import type { ResolvedProvider } from '../catalog'
-import type { ChatChunk, ChatCompletion, ChatRequest, EmbeddingResult, Provider, RerankResult, Usage } from '../types'
-import { isObject, malformed, postJson, postSse, type Upstream } from './upstream'
+import type { ChatChunk, ChatCompletion, ChatRequest, EmbeddingResult, Provider, RawChunk, RerankResult, Usage } from '../types'
+import { isObject, malformed, postJson, postSseData, type Upstream } from './upstream'
 
 /**
  * Any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, LM Studio, DeepSeek...) on plain fetch.
@@ -56,40 +56,50 @@ export class OpenAIProvider implements Provider {
    * never waits on a held-back chunk to learn the usage.
    */
   async *chatStream(req: ChatRequest, signal: AbortSignal): AsyncIterable<ChatChunk> {
-    const events = postSse(this.upstream('/chat/completions', { ...chatBody(req), stream: true, stream_options: { include_usage: true } }, signal))
+    for await (const batch of this.chatStreamBatches(req, signal)) for (const r of batch) yield r.chunk
+  }
+
+  /** `chatStream`, a read's worth of chunks at a time, each with the upstream's JSON text. */
+  async *chatStreamBatches(req: ChatRequest, signal: AbortSignal): AsyncIterable<RawChunk[]> {
+    const batches = postSseData(this.upstream('/chat/completions', { ...chatBody(req), stream: true, stream_options: { include_usage: true } }, signal))
     let usageSeen = false
     let finished = false
     let last: ChatChunk | undefined
     const parts: string[] = []
     let done = false
-    for await (const event of events) {
-      if (event.data === '[DONE]') {
-        done = true
-        break
+    for await (const events of batches) {
+      const out: RawChunk[] = []
+      // A bad event fails the stream after the good ones read with it have been passed on.
+      let failure: unknown = null
+      for (const event of events) {
+        if (event.data === '[DONE]') {
+          done = true
+          break
+        }
+        try {
+          const c = this.checked(event.data)
+          last = c
+          if (c.usage) usageSeen = true
+          for (const choice of c.choices) {
+            if (choice.finish_reason) finished = true
+            if (choice.delta?.content) parts.push(choice.delta.content)
+            const calls = choice.delta?.tool_calls
+            if (calls) for (const t of calls) parts.push(t.function?.name ?? '', t.function?.arguments ?? '')
+          }
+          out.push({ chunk: c, data: event.data })
+        } catch (err) {
+          failure = err
+          break
+        }
       }
-      let chunk: unknown
-      try {
-        chunk = JSON.parse(event.data)
-      } catch {
-        throw malformed(this.p, `an SSE event that is not JSON: ${event.data.slice(0, 80)}`)
-      }
-      // OpenAI reports a failure after the 200 as `data: {"error": {...}}`.
-      if (isObject(chunk) && isObject(chunk.error)) throw malformed(this.p, `error mid-stream: ${String(chunk.error.message ?? 'unknown')}`)
-      if (!isObject(chunk) || !Array.isArray(chunk.choices)) throw malformed(this.p, 'a chunk without choices')
-      const c = chunk as ChatChunk
-      last = c
-      if (c.usage) usageSeen = true
-      for (const choice of c.choices) {
-        if (choice.finish_reason) finished = true
-        if (choice.delta?.content) parts.push(choice.delta.content)
-        for (const t of choice.delta?.tool_calls ?? []) parts.push(t.function?.name ?? '', t.function?.arguments ?? '')
-      }
-      yield c
+      if (out.length > 0) yield out
+      if (failure) throw failure
+      if (done) break
     }
     // A clean end without [DONE] or a finish_reason is a cut answer, not a complete one.
     if (!done && !finished) throw malformed(this.p, 'the stream ended before [DONE]')
     if (!usageSeen) {
-      yield {
+      const chunk: ChatChunk = {
         id: last?.id ?? 'chatcmpl-usage',
         object: 'chat.completion.chunk',
         created: last?.created ?? Math.floor(Date.now() / 1000),
@@ -97,7 +107,24 @@ export class OpenAIProvider implements Provider {
         choices: [],
         usage: usageOf(undefined, req, () => parts.join('')),
       }
+      yield [{ chunk, data: null }]
     }
+  }
+
+  /** One event's chunk, or why it is not one. */
+  private checked(data: string): ChatChunk {
+    const fast = contentChunk(data)
+    if (fast) return fast
+    let chunk: unknown
+    try {
+      chunk = JSON.parse(data)
+    } catch {
+      throw malformed(this.p, `an SSE event that is not JSON: ${data.slice(0, 80)}`)
+    }
+    // OpenAI reports a failure after the 200 as `data: {"error": {...}}`.
+    if (isObject(chunk) && isObject(chunk.error)) throw malformed(this.p, `error mid-stream: ${String(chunk.error.message ?? 'unknown')}`)
+    if (!isObject(chunk) || !Array.isArray(chunk.choices)) throw malformed(this.p, 'a chunk without choices')
+    return chunk as ChatChunk
   }
 
   async embed(model: string, inputs: string[], signal: AbortSignal): Promise<EmbeddingResult> {
@@ -145,6 +172,26 @@ export class OpenAIProvider implements Provider {
     if (topN !== undefined) results.splice(topN)
     return { results, tokens: rerankTokens(json, query, documents) }
   }
+}
+
+/**
+ * The chunk that makes up nearly all of an OpenAI stream, in the exact form OpenAI's servers (and the
+ * compatible ones that copy them) write it: one choice whose delta is text, no finish reason, no
+ * usage. Recognised by one pattern instead of parsing the whole JSON text; anything else (a tool call,
+ * the finish, the usage, other fields, other spacing) is parsed as usual.
+ */
+const CONTENT_CHUNK = /^\{"id":"([^"\\]*)","object":"chat\.completion\.chunk","created":(\d{1,15}),"model":"([^"\\]*)",(?:"service_tier":"[^"\\]*",)?(?:"system_fingerprint":(?:"[^"\\]*"|null),)?"choices":\[\{"index":0,"delta":\{("role":"assistant",)?"content":"((?:[^"\\]|\\.)*)"(?:,"refusal":null)?\},"logprobs":null,"finish_reason":null\}\](,"usage":null)?(?:,"obfuscation":"[^"\\]*")?\}$/
+
+export function contentChunk(data: string): ChatChunk | null {
+  const m = CONTENT_CHUNK.exec(data)
+  if (!m) return null
+  // The text as JSON wrote it: decoded only when it has an escape.
+  const raw = m[5]!
+  const content = raw.indexOf('\\') < 0 ? raw : (JSON.parse(`"${raw}"`) as string)
+  const delta: ChatChunk['choices'][number]['delta'] = m[4] ? { role: 'assistant', content } : { content }
+  const chunk: ChatChunk = { id: m[1]!, object: 'chat.completion.chunk', created: Number(m[2]), model: m[3]!, choices: [{ index: 0, delta, finish_reason: null }] }
+  if (m[6]) chunk.usage = null
+  return chunk
 }
 
 /** Only the fields of ChatRequest, so nothing the gateway carries along (`stream`...) leaks upstream. */

@@ -1,0 +1,89 @@
+import { describe, expect, test } from 'bun:test'
+import { relayText } from '../../src/domain/models/gateway'
+import { contentChunk } from '../../src/domain/models/providers/openai'
+import { DataSplitter } from '../../src/domain/models/providers/upstream'
+
+/**
+ * The streamed relay's shortcuts (docs/models.md, "Streaming"): each must answer exactly what parsing
+ * and serialising every chunk would, or step aside.
+ */
+const base = { id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 17, model: 'up-model', system_fingerprint: 'fp' }
+
+describe('contentChunk', () => {
+  test('the usual content chunk is read without parsing, escapes included', () => {
+    for (const content of ['', ' t1', 'a "quote" \\ back\nline é 🎉', '\u2028']) {
+      for (const delta of [{ content }, { role: 'assistant', content }, { role: 'assistant', content, refusal: null }]) {
+        for (const usage of [{}, { usage: null }]) {
+          const text = JSON.stringify({ ...base, choices: [{ index: 0, delta, logprobs: null, finish_reason: null }], ...usage })
+          const parsed = JSON.parse(text)
+          const c = contentChunk(text)!
+          expect(c.choices[0]!.delta.content).toBe(parsed.choices[0].delta.content)
+          expect(c.choices[0]!.delta.role).toBe(parsed.choices[0].delta.role)
+          expect([c.id, c.created, c.model]).toEqual(['chatcmpl-1', 17, 'up-model'])
+          expect('usage' in c).toBe('usage' in parsed)
+        }
+      }
+    }
+  })
+
+  test('anything else is left to JSON.parse', () => {
+    const choice = (over: object) => [{ index: 0, delta: { content: 'x' }, logprobs: null, finish_reason: null, ...over }]
+    for (const chunk of [
+      { ...base, choices: choice({ finish_reason: 'stop' }) },
+      { ...base, choices: [], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } },
+      { ...base, choices: choice({}), usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } },
+      { ...base, choices: choice({ delta: { tool_calls: [{ index: 0, function: { arguments: '{' } }] } }) },
+      { ...base, choices: [...choice({}), ...choice({ index: 1 })] },
+      { ...base, choices: choice({}), x_vendor: { usage: null } },
+    ]) expect(contentChunk(JSON.stringify(chunk))).toBeNull()
+    expect(contentChunk(JSON.stringify({ ...base, choices: choice({}) }, null, 1))).toBeNull()
+  })
+})
+
+describe('relayText', () => {
+  const same = (text: string, model: string) => {
+    const chunk = contentChunk(text) ?? JSON.parse(text)
+    const relayed = relayText({ chunk, data: text }, model)
+    expect(JSON.parse(relayed)).toEqual(JSON.parse(JSON.stringify({ ...JSON.parse(text), model, usage: undefined })))
+    return relayed
+  }
+
+  test('the model renamed and usage: null dropped, by substitution', () => {
+    const text = JSON.stringify({ ...base, choices: [{ index: 0, delta: { content: 'hi "model":"up-model"' }, logprobs: null, finish_reason: null }], usage: null })
+    expect(same(text, 'ours')).toBe(text.replace('"model":"up-model"', '"model":"ours"').replace(',"usage":null', ''))
+    expect(same(text, 'up-model')).toBe(text.replace(',"usage":null', ''))
+  })
+
+  test('other shapes are serialised again, to the same JSON', () => {
+    same(JSON.stringify({ ...base, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }], usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 } }), 'ours')
+    same(JSON.stringify({ ...base, choices: [{ index: 0, delta: { content: 'x' }, finish_reason: null }], usage: null }, null, 1), 'ours')
+    same(JSON.stringify({ usage: null, ...base, choices: [{ index: 0, delta: { content: 'x' }, finish_reason: null }] }), 'ours')
+    const { model: _, ...noModel } = base
+    same(JSON.stringify({ ...noModel, choices: [{ index: 0, delta: { content: 'x' }, finish_reason: null }] }), 'ours')
+  })
+
+  test('the final usage chunk is the gateway\'s own', () => {
+    const chunk = { ...base, model: 'ours', choices: [], usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3, credits: 0.5 } }
+    expect(JSON.parse(relayText({ chunk: chunk as never, data: null, final: true }, 'ours'))).toEqual(chunk)
+  })
+})
+
+describe('DataSplitter', () => {
+  test('events whole however the text is cut: CRLF, CR, LF, comments, fields, multi-line data, a BOM', () => {
+    const whole = '\uFEFFdata: a\r\n\r\n: comment\n\ndata:b\ndata: c\n\nevent: x\nid: 1\nretry: 5\ndata: {"k":1}\r\rdata\n\ndata: unfinished'
+    for (let cut = 0; cut <= whole.length; cut++) {
+      const out: string[] = []
+      const s = new DataSplitter(1000, (e) => out.push(e.data), () => { throw new Error('overflow') })
+      s.feed(whole.slice(0, cut))
+      s.feed(whole.slice(cut))
+      expect(out).toEqual(['a', 'b\nc', '{"k":1}', ''])
+    }
+  })
+
+  test('an event longer than the limit is an overflow', () => {
+    let overflow = false
+    const s = new DataSplitter(10, () => {}, () => (overflow = true))
+    s.feed('data: 0123456789abc')
+    expect(overflow).toBe(true)
+  })
+})
