@@ -39,7 +39,7 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { freePort, log, machine, percentile, processCpuMs, randomBase62, removeDir, run, sourceVersion, startFakeProvider, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row, type Server } from './lib'
+import { freePort, log, machine, percentile, processCpuMs, randomBase62, removeDir, run, sourceVersion, startFakeProvider, startServer, tempDir, verdict, whenInterrupted, writeResults, type LoadResult, type Row, type Server } from './lib'
 
 const ROUNDS = Number(process.env.PEERS_ROUNDS ?? 3)
 const SECONDS = Number(process.env.PEERS_SECONDS ?? 2)
@@ -133,14 +133,8 @@ function remoteConnections(pid: number): string[] {
 
 // ---- measurements ----
 
-interface Load {
-  rps: number
-  requests: number
-  seconds: number
-  p50: number
-  p90: number
-  p99: number
-  errors: number
+/** bench/lib.ts's load figures (no mean or max here), with the gateway's CPU per request. */
+type Load = Omit<LoadResult, 'mean' | 'max'> & {
   /** The gateway's CPU per request (the fake's for direct), microseconds. */
   cpu_us_per_req: number
 }
