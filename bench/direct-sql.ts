@@ -1,6 +1,6 @@
 import { openEmbedded } from '../src/store/db'
 import { findWorkspaceAccess } from '../src/store/workspaces'
-import { machineCpuMs, percentile } from './lib'
+import { loadOf, machineCpuMs } from './lib'
 
 /**
  * The ceiling of GET /v1/workspaces/{id}: the same query (findWorkspaceAccess, the one the route
@@ -36,19 +36,8 @@ try {
   const m1 = machineCpuMs()
   const cpu1 = process.cpuUsage(cpu0)
   const wallMs = performance.now() - t0
-  const elapsed = wallMs / 1000
-  const sorted = Float64Array.from(latencies).sort()
-  const round = (ms: number) => Math.round(ms * 1000) / 1000
   const result = {
-    rps: Math.round(latencies.length / elapsed),
-    requests: latencies.length,
-    seconds: Math.round(elapsed * 100) / 100,
-    p50: round(percentile(sorted, 50)),
-    p90: round(percentile(sorted, 90)),
-    p99: round(percentile(sorted, 99)),
-    mean: round(latencies.reduce((a, b) => a + b, 0) / latencies.length),
-    max: round(sorted[sorted.length - 1] ?? NaN),
-    errors: 0,
+    ...loadOf(latencies, wallMs / 1000),
     // This process is both the "server" (PGlite, postgres.js) and the load generator (32 loops).
     cpu: { wallMs, serverCpuMs: (cpu1.user + cpu1.system) / 1000, loadGenCpuMs: 0, machineBusyMs: m1.busy - m0.busy, stealMs: m1.steal - m0.steal },
   }

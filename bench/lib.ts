@@ -238,6 +238,23 @@ export function percentile(sorted: ArrayLike<number>, p: number): number {
   return sorted[rank]!
 }
 
+/** A load measurement from each request's latency (ms, any order) over `seconds` of wall time. */
+export function loadOf(latencies: number[], seconds: number, errors = 0): LoadResult {
+  const sorted = Float64Array.from(latencies).sort()
+  const round = (ms: number) => Math.round(ms * 1000) / 1000
+  return {
+    rps: Math.round(latencies.length / seconds),
+    requests: latencies.length,
+    seconds: Math.round(seconds * 100) / 100,
+    p50: round(percentile(sorted, 50)),
+    p90: round(percentile(sorted, 90)),
+    p99: round(percentile(sorted, 99)),
+    mean: round(latencies.reduce((a, b) => a + b, 0) / latencies.length),
+    max: round(sorted[sorted.length - 1] ?? NaN),
+    errors,
+  }
+}
+
 // USER_HZ: the unit of /proc CPU times; 100 on every Linux this runs on (`getconf CLK_TCK`).
 const TICK_MS = 10
 

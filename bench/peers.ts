@@ -39,7 +39,7 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { freePort, log, machine, percentile, processCpuMs, randomBase62, removeDir, run, sourceVersion, startFakeProvider, startServer, tempDir, verdict, whenInterrupted, writeResults, type LoadResult, type Row, type Server } from './lib'
+import { freePort, log, loadOf, machine, percentile, processCpuMs, randomBase62, removeDir, run, sourceVersion, startFakeProvider, startServer, tempDir, verdict, whenInterrupted, writeResults, type LoadResult, type Row, type Server } from './lib'
 
 const ROUNDS = Number(process.env.PEERS_ROUNDS ?? 3)
 const SECONDS = Number(process.env.PEERS_SECONDS ?? 2)
@@ -164,15 +164,9 @@ async function load(t: Target, connections: number, seconds: number): Promise<Lo
   )
   const wall = (performance.now() - t0) / 1000
   const cpu = processCpuMs(t.pid) - cpu0
-  latencies.sort((a, b) => a - b)
+  const { mean: _mean, max: _max, ...figures } = loadOf(latencies, wall, errors)
   return {
-    rps: Math.round(latencies.length / wall),
-    requests: latencies.length,
-    seconds: Math.round(wall * 100) / 100,
-    p50: round3(percentile(latencies, 50)),
-    p90: round3(percentile(latencies, 90)),
-    p99: round3(percentile(latencies, 99)),
-    errors,
+    ...figures,
     cpu_us_per_req: Math.round((cpu * 1000) / Math.max(1, latencies.length)),
   }
 }
