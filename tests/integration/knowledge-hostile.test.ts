@@ -20,7 +20,11 @@ const LEASE_MS = 600
 let h: Harness
 let owner: string
 let kb: string
-/** Big chunks: the 5 MB line makes ~300 of them, so the test waits on reading it, not on embedding. */
+/**
+ * Big chunks: the 12 MB line makes ~600 of them, so the test waits on reading it, not on embedding.
+ * 12 MB, not 5: read in ~2 s here, it spans four heartbeats of the worker's 1.5 s lease; 5 MB was
+ * read in ~1 s on a quick run and left too few heartbeats to count.
+ */
 let bigChunks: string
 
 beforeAll(async () => {
@@ -56,10 +60,10 @@ interface Row {
 }
 const rowOf = async (id: string) => (await h.deps.db.sql<Row[]>`select status, lease_owner, lease_until, attempts, processing_attempts, error from documents where id = ${id}`)[0]!
 
-describe('a text of 5 MB on one line', () => {
+describe('a text of 12 MB on one line', () => {
   test('is ready, read off the event loop: its lease is heartbeated all the while it is parsed, never lost', async () => {
     await withWorker({}, async (worker) => {
-      const id = await upload(h, owner, bigChunks, { bytes: longLineText(5 * 1024 * 1024), name: 'one-line.txt' })
+      const id = await upload(h, owner, bigChunks, { bytes: longLineText(12 * 1024 * 1024), name: 'one-line.txt' })
       // Sampled while the document is being read: the lease keeps moving, and it stays this worker's.
       const leases = new Set<number>()
       const owners = new Set<string>()
@@ -80,7 +84,7 @@ describe('a text of 5 MB on one line', () => {
       const s = await settled(h, owner, id, 120_000)
       expect(s.status).toBe('ready')
       // 'word ' × ~1 M: one token each, 4 096 a chunk.
-      expect(s.chunks_count).toBe(Math.ceil((5 * 1024 * 1024) / 5 / 4096))
+      expect(s.chunks_count).toBe(Math.ceil((12 * 1024 * 1024) / 5 / 4096))
       const row = await rowOf(id)
       expect(row).toMatchObject({ attempts: 1, processing_attempts: 0, error: null })
     }, 1_500) // embedding in the embedded database stalls the loop ~300 ms at worst on a busy machine: not 600 ms here
