@@ -34,6 +34,7 @@ const Env = Type.Object({
   WEBHOOK_ALLOW_PRIVATE_NETWORKS: Type.Optional(Bool),
   MCP_CALL_TIMEOUT_MS: Type.Optional(Int()),
   MAX_UPLOAD_BYTES: Type.Optional(Int()),
+  DOCUMENT_PROCESSES: Type.Optional(Int()),
   MAX_JSON_BYTES: Type.Optional(Int()),
   ITERATION_MAX_ITEMS: Type.Optional(Int()),
   RATE_LIMIT_PER_SECOND: Type.Optional(Int()),
@@ -104,6 +105,8 @@ export interface Config {
   /** An agent's call of an MCP server's tool (docs/agents.md, "MCP tools"); listing its tools gets at most 10 s of it. */
   mcpCallTimeoutMs: number
   maxUploadBytes: number
+  /** Document processes of the document worker (docs/knowledge.md, "Limits"): 2 in server mode, 1 embedded. */
+  documentProcesses: number
   maxJsonBytes: number
   rateLimit: { perSecond: number; burst: number }
   shutdownTimeoutMs: number
@@ -200,6 +203,7 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     webhookAllowPrivateNetworks: bool(env.WEBHOOK_ALLOW_PRIVATE_NETWORKS),
     mcpCallTimeoutMs: int('MCP_CALL_TIMEOUT_MS', 30_000, 1, 600_000),
     maxUploadBytes: int('MAX_UPLOAD_BYTES', 52_428_800, 1),
+    documentProcesses: int('DOCUMENT_PROCESSES', env.DATABASE_URL ? 2 : 1, 1, 64),
     maxJsonBytes: int('MAX_JSON_BYTES', 1_048_576, 1),
     // 50 requests/s sustained with bursts of 100 per API key: generous for an integration, tight
     // enough that one runaway client cannot starve the 2-core default deployment.

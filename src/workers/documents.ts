@@ -9,8 +9,8 @@ import { contextFrom, tracingOn, withSpan } from '../lib/tracing'
 /** A worker holds a document this long without a heartbeat; heartbeats come every third of it. */
 export const DOCUMENT_LEASE_MS = 15_000
 /**
- * Documents ingested at once by one worker: embedding shares its one JS thread, in batches that
- * yield; parsing and chunking take turns in its one document process (sandbox.ts).
+ * Documents ingested at once by one worker: writes share its one JS thread; parsing, chunking and
+ * (local-embed) embedding take turns in its document processes (sandbox.ts, DOCUMENT_PROCESSES).
  */
 const MAX_DOCUMENTS = 16
 const IDLE_POLL_MS = 100
@@ -24,17 +24,17 @@ const IDLE_POLL_MS = 100
 export class DocumentWorker extends LeaseWorker<store.DocumentRow> {
   readonly sandbox: DocumentSandbox
 
-  /** `options` for tests: a shorter lease, other limits for the document process. */
+  /** `options` for tests: a shorter lease, other limits for the document processes, another number of them. */
   constructor(
     private readonly deps: Deps,
-    options: { leaseMs?: number; limits?: SandboxLimits } = {},
+    options: { leaseMs?: number; limits?: SandboxLimits; processes?: number } = {},
   ) {
     super(
       deps.db.sql,
       { what: 'document worker', table: store.documentLeases, definition: documentDefinition, leaseMs: options.leaseMs ?? DOCUMENT_LEASE_MS, max: MAX_DOCUMENTS, idleMs: IDLE_POLL_MS },
       deps.log,
     )
-    this.sandbox = new DocumentSandbox(options.limits)
+    this.sandbox = new DocumentSandbox(options.limits, options.processes ?? deps.config.documentProcesses)
   }
 
   protected override async stopping() {

@@ -1,4 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { embedText } from '../../src/domain/models/local/embed'
+import { countTokens } from '../../src/lib/tokens'
 import { startWorkers, type Workers } from '../../src/workers'
 import { keyFor, startHarness, workspaceOf, type Harness } from '../helpers/harness'
 import { chunksOf, createKb, expectIso, filesOf, fixture, listed, outboxOf, settled, statusOf, upload, uploadForm, uploadText } from '../helpers/knowledge'
@@ -217,5 +219,25 @@ describe('JSON text uploads', () => {
     // Every paragraph's text made it into some chunk.
     const all = chunks.map((c) => c.content).join('\n')
     for (let i = 0; i < 12; i++) expect(all).toContain(`Paragraph ${i} says`)
+  })
+
+  test('local-embed: the vectors the document process computes are the provider\'s, charged for the chunks\' tokens', async () => {
+    const base = (await createKb(h, owner, { workspace_id: ws, name: 'Embedded here', chunking: { chunk_size: 40, chunk_overlap: 8 } })).id
+    const content = `# Returns\n\n${Array.from({ length: 9 }, (_, i) => `Item ${i}: refunds reach the card within ${i + 3} days; the warehouse confirms receipt first.`).join('\n\n')}`
+    const id = await uploadText(h, owner, base, { name: 'returns.md', content })
+    expect((await settled(h, owner, id)).status).toBe('ready')
+    const sql = h.deps.db.sql
+    const rows = await sql<{ content: string; tokens: number; embedding: string }[]>`
+      select content, tokens, embedding::text as embedding from chunks where document_id = ${id}
+      union all select content, tokens, embedding::text from chunks_unindexed where document_id = ${id} order by 1`
+    expect(rows.length).toBeGreaterThan(2)
+    for (const r of rows) {
+      expect(r.tokens).toBe(countTokens(r.content))
+      const stored = r.embedding.slice(1, -1).split(',').map((v) => Math.fround(Number(v)))
+      expect(stored).toEqual(embedText(r.content).map((v) => Math.fround(v)))
+    }
+    const [charged] = await sql<{ tokens: number; calls: number }[]>`
+      select coalesce(sum(tokens_in), 0)::int as tokens, count(*)::int as calls from credit_ledger where request_id = ${id} and model = 'local-embed' and kind = 'embedding'`
+    expect(charged).toEqual({ tokens: rows.reduce((n, r) => n + r.tokens, 0), calls: 1 })
   })
 })

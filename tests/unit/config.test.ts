@@ -35,6 +35,7 @@ test('an empty environment gives the defaults of docs/deployment.md', () => {
     webhookAllowPrivateNetworks: false,
     mcpCallTimeoutMs: 30_000,
     maxUploadBytes: 52_428_800,
+    documentProcesses: 1,
     maxJsonBytes: 1_048_576,
     rateLimit: { perSecond: 50, burst: 100 },
     shutdownTimeoutMs: 10_000,
@@ -59,6 +60,15 @@ describe('CONSOLE_BUNDLE (the console built ahead of time, as the container imag
       expect(err.message).toMatch(/^configuration: CONSOLE_BUNDLE names no file .*bun run build:console/)
     }
   })
+})
+
+test('DOCUMENT_PROCESSES: 1 embedded, 2 in server mode, or as set (1..64)', () => {
+  expect(loadConfig({}).documentProcesses).toBe(1)
+  expect(loadConfig({ DATABASE_URL: 'postgres://db/ap' }).documentProcesses).toBe(2)
+  expect(loadConfig({ DATABASE_URL: 'postgres://db/ap', DOCUMENT_PROCESSES: '1' }).documentProcesses).toBe(1)
+  expect(loadConfig({ DOCUMENT_PROCESSES: '4' }).documentProcesses).toBe(4)
+  expect(() => loadConfig({ DOCUMENT_PROCESSES: '0' })).toThrow(/DOCUMENT_PROCESSES/)
+  expect(() => loadConfig({ DOCUMENT_PROCESSES: 'two' })).toThrow(/DOCUMENT_PROCESSES/)
 })
 
 describe('STORAGE_URL (docs/deployment.md, "Where uploaded files live")', () => {

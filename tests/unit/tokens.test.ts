@@ -46,6 +46,17 @@ describe('counts', () => {
     expect(tokenize(text).length).toBe(countTokens(text))
   })
 
+  test('counted twice (the second time from remembered pieces), any text counts exactly as the library does', () => {
+    const texts = [
+      'Refunds reach the card within 14 days; the warehouse confirms receipt first. Refunds, refunds: REFUNDS!',
+      "  indented\n\n\tTabbed line\r\n  trailing spaces   \n12345678901 3.14159 -42 1e-7 don't we'll THEY'RE",
+      'Ünïcödé façade naïve — « quotes » 日本語のテキスト 中文文本 한국어 مرحبا Здравствуйте 😀👍🏽 <|endoftext|> <|fim_prefix|>',
+      `${'a'.repeat(40)} ${'ab1'.repeat(30)} ${' '.repeat(70)}x ${'\n'.repeat(50)}y ${'!?'.repeat(40)}`,
+      'supercalifragilisticexpialidocious antidisestablishmentarianism pneumonoultramicroscopicsilicovolcanoconiosis',
+    ]
+    for (let round = 0; round < 2; round++) for (const text of texts) expect(countTokens(text)).toBe(libraryCount(text, ASIS))
+  })
+
   test('a million characters without a space is counted at once, close to the whole run', () => {
     expect(countTokens(LONG)).toBe(125_000)
     expect(tokenize(LONG).length).toBe(125_000)

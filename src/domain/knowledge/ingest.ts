@@ -3,12 +3,13 @@ import { AppError } from '../../lib/errors'
 import type { DocumentEvent } from '../../machines/document.machine'
 import { FileNotFound, StorageUnavailable } from '../../store/files'
 import * as store from '../../store/knowledge'
-import type { Chunk, ChunkSettings } from './chunk'
+import type { ChunkSettings } from './chunk'
+import { DIMENSIONS as LOCAL_DIMENSIONS } from '../models/local/embed'
 import { commitDocument, DocumentGone, originalKey, type DocumentExtra } from './documents'
 
 export { DocumentGone }
 import type { DocType } from './parse'
-import { type DocumentSandbox, SandboxAborted, SandboxCrashed, SandboxFailure } from './sandbox'
+import { type DocumentSandbox, SandboxAborted, SandboxCrashed, SandboxFailure, type SandboxChunk } from './sandbox'
 import { activeSpan, markError, tracingOn, withSpan } from '../../lib/tracing'
 
 /** How many chunks one embedding call carries (local-embed: ~20 ms of the event loop for 64). */
@@ -74,9 +75,10 @@ export async function ingestDocument(
     }
     if (doc.attempts > MAX_ATTEMPTS) throw new IngestFailure('ingestion_failed', `ingestion was interrupted ${doc.attempts - 1} times (a worker died or the embedding model was unavailable)`)
     const settings = doc.snapshot.context.chunking ?? kb.chunking
-    // Parsing and chunking are one step of the document process (sandbox.ts): one span.
+    // Parsing and chunking (and, for local-embed, embedding) are one step of the document process (sandbox.ts): one span.
+    const embed = embedsInDocumentProcess(deps, kb)
     const chunks = await withSpan('document.parse', () => ({ document_id: doc.id, 'document.type': doc.doc_type }), async (span) => {
-      const out = await parseAndChunk(deps, owner, doc, settings, sandbox, signal)
+      const out = await parseAndChunk(deps, owner, doc, settings, sandbox, signal, embed)
       span.setAttribute('document.chunks', out.length)
       return out
     })
@@ -96,11 +98,24 @@ export async function ingestDocument(
 }
 
 /**
+ * Whether the base's model is the built-in local-embed: then the document process embeds the chunks
+ * beside the chunker (sandbox-child.ts) and only the charge is left to do here. A model missing
+ * from the catalogue is not: embedding fails where it always has, through the gateway.
+ */
+function embedsInDocumentProcess(deps: Deps, kb: store.KnowledgeBaseRow): boolean {
+  try {
+    return deps.models.isLocalEmbedding(deps.models.model(kb.embedding_model, 'embedding'))
+  } catch {
+    return false
+  }
+}
+
+/**
  * The document's chunks, parsed and chunked in the document process (sandbox.ts), off this event
  * loop, within its time, memory and chunk limits. A limit hit or a bad file fails the document; the
  * process crashing leaves it to be claimed again (counted in processing_attempts at the claim).
  */
-async function parseAndChunk(deps: Deps, owner: string, doc: store.DocumentRow, settings: ChunkSettings, sandbox: DocumentSandbox, signal: AbortSignal): Promise<Chunk[]> {
+async function parseAndChunk(deps: Deps, owner: string, doc: store.DocumentRow, settings: ChunkSettings, sandbox: DocumentSandbox, signal: AbortSignal, embed: boolean): Promise<SandboxChunk[]> {
   // A missing original fails the document; storage that cannot answer now (refused, timed out) is
   // tried again after the lease, and its last claim fails it saying where; one that refuses (access
   // denied, no such bucket) fails it at once (docs/knowledge.md, "Statuses").
@@ -118,9 +133,9 @@ async function parseAndChunk(deps: Deps, owner: string, doc: store.DocumentRow, 
       throw new IngestFailure('storage_unavailable', message)
     }
   }
-  let chunks: Chunk[]
+  let chunks: SandboxChunk[]
   try {
-    chunks = await sandbox.process(doc.doc_type as DocType, load, settings, signal)
+    chunks = await sandbox.process(doc.doc_type as DocType, load, settings, signal, embed)
   } catch (err) {
     if (err instanceof SandboxFailure) throw new IngestFailure(err.code, err.message)
     if (err instanceof SandboxAborted) throw new DocumentGone(err.message)
@@ -147,34 +162,43 @@ const EMBED_AHEAD = 5
  * (docs/knowledge.md, "Embedding"). Only written batches count: a failure or a crash leaves the
  * positions before it written and the others missing, never duplicated.
  */
-async function embedAndWrite(deps: Deps, owner: string, doc: store.DocumentRow, kb: store.KnowledgeBaseRow, chunks: Chunk[], resumed: boolean, signal: AbortSignal) {
+async function embedAndWrite(deps: Deps, owner: string, doc: store.DocumentRow, kb: store.KnowledgeBaseRow, chunks: SandboxChunk[], resumed: boolean, signal: AbortSignal) {
   // Chunks of a generation are only written in `embedding`, by its lease holder: entered just now,
   // there are none yet.
   const written = resumed ? await store.writtenPositions(deps.db.sql, doc.id, doc.generation) : new Set<number>()
   const missing = chunks.filter((c) => !written.has(c.position))
   const model = deps.models.model(kb.embedding_model, 'embedding')
-  const batches: Chunk[][] = []
+  const batches: SandboxChunk[][] = []
   for (let i = 0; i < missing.length; i += EMBED_BATCH) batches.push(missing.slice(i, i + EMBED_BATCH))
   // Aborts the calls still running once the document stops here (a failure, its worker stopping).
   const stop = new AbortController()
   const calls = AbortSignal.any([signal, stop.signal])
-  const embed = async (batch: Chunk[]): Promise<number[][]> => {
-    let vectors: number[][]
+  const ctx = { workspaceId: doc.workspace_id, requestId: doc.id, background: true }
+  // Vectors the document process computed (local-embed): only their charge is left, for the chunks' own token counts.
+  const computed = (batch: SandboxChunk[]) => batch.every((c) => c.vector !== undefined)
+  const embed = async (batch: SandboxChunk[]): Promise<(number[] | string)[]> => {
+    let vectors: (number[] | string)[]
     try {
-      ;({ vectors } = await withSpan('document.embed', () => ({ document_id: doc.id, 'document.chunks': batch.length, 'gen_ai.request.model': model.id }), () =>
-        deps.models.embed({ workspaceId: doc.workspace_id, requestId: doc.id, background: true }, model, batch.map((c) => c.content), calls)))
+      vectors = await withSpan('document.embed', () => ({ document_id: doc.id, 'document.chunks': batch.length, 'gen_ai.request.model': model.id }), async () => {
+        if (!computed(batch)) return (await deps.models.embed(ctx, model, batch.map((c) => c.content), calls)).vectors
+        calls.throwIfAborted()
+        await deps.models.embeddedLocally(ctx, model, batch.length, batch.reduce((n, c) => n + c.tokens, 0))
+        if (kb.dimensions !== LOCAL_DIMENSIONS) throw new IngestFailure('embedding_failed', `${model.id} answered ${LOCAL_DIMENSIONS} dimensions; the knowledge base holds ${kb.dimensions}`)
+        return batch.map((c) => c.vector!)
+      })
     } catch (err) {
+      if (err instanceof IngestFailure) throw err
       if (calls.aborted) throw new DocumentGone('stopped')
       const code = err instanceof AppError ? err.code : 'internal_error'
       if (code === 'upstream_error' || code === 'upstream_timeout' || code === 'unavailable') throw new RetryLater(`embedding with ${model.id}: ${(err as Error).message}`)
       throw new IngestFailure(code === 'budget_exceeded' ? code : 'embedding_failed', `embedding with ${model.id} failed: ${(err as Error).message}`)
     }
-    const wrong = vectors.find((v) => v.length !== kb.dimensions)
+    const wrong = vectors.find((v): v is number[] => typeof v !== 'string' && v.length !== kb.dimensions)
     if (wrong) throw new IngestFailure('embedding_failed', `${model.id} answered ${wrong.length} dimensions; the knowledge base holds ${kb.dimensions}`)
     return vectors
   }
   // The calls started and not yet written, in position order; a written batch's vectors are let go.
-  const ahead: Promise<number[][]>[] = []
+  const ahead: Promise<(number[] | string)[]>[] = []
   let next = 0
   let broken = false
   const fill = () => {
@@ -202,14 +226,14 @@ async function embedAndWrite(deps: Deps, owner: string, doc: store.DocumentRow, 
 }
 
 /** One embedded batch's chunks, written INSERT_BATCH rows a statement. */
-async function writeChunks(deps: Deps, owner: string, doc: store.DocumentRow, kb: store.KnowledgeBaseRow, batch: Chunk[], vectors: number[][]) {
+async function writeChunks(deps: Deps, owner: string, doc: store.DocumentRow, kb: store.KnowledgeBaseRow, batch: SandboxChunk[], vectors: (number[] | string)[]) {
   const rows = INSERT_BATCH
   for (let k = 0; k < batch.length; k += rows) {
     const inserted = await store.insertChunks(
       deps.db.sql,
       { id: doc.id, knowledge_base_id: doc.knowledge_base_id, generation: doc.generation, metadata: doc.metadata, owner },
       kb.dimensions,
-      batch.slice(k, k + rows).map((c, n) => ({ ...c, embedding: vectors[k + n]! })),
+      batch.slice(k, k + rows).map((c, n) => ({ position: c.position, content: c.content, heading_path: c.heading_path, tokens: c.tokens, embedding: vectors[k + n]! })),
     )
     if (inserted === null) throw new DocumentGone(`document ${doc.id} was deleted, restarted or taken over`)
     // A turn of the event loop between statements: requests waiting on it go first.

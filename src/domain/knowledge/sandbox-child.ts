@@ -1,18 +1,24 @@
 import { o200k } from '../../lib/bpe'
+import { vectorText } from '../../store/vector-text'
+import { embedText } from '../models/local/embed'
 import { chunkDocument, TooManyChunks } from './chunk'
 import { ParseError, parseDocument } from './parse'
-import { CHUNKS_PER_MESSAGE, type SandboxJob, type SandboxMessage } from './sandbox'
+import { CHUNKS_PER_MESSAGE, type SandboxChunk, type SandboxJob, type SandboxMessage } from './sandbox'
 
 /**
  * The process documents are parsed and chunked in (sandbox.ts starts it, and kills it at its time or
  * memory limit): one job at a time, its chunks sent back in messages of CHUNKS_PER_MESSAGE, then
- * `done`; or the error the document fails with.
+ * `done`; or the error the document fails with. With `embed`, each chunk also carries its local-embed
+ * vector, as the text the insert sends: the embedding is computed here, beside the chunker, whose
+ * token count is the chunk's (counting it again for the embedding's usage cost as much as the
+ * embedding itself), and the service's thread neither computes nor formats it.
  */
 const send = (message: SandboxMessage) => process.send!(message)
 
 process.on('message', async (job: SandboxJob) => {
   try {
-    const chunks = chunkDocument(await parseDocument(job.type, job.bytes), job.settings, job.maxChunks)
+    const chunks: SandboxChunk[] = chunkDocument(await parseDocument(job.type, job.bytes), job.settings, job.maxChunks)
+    if (job.embed) for (const c of chunks) c.vector = vectorText(embedText(c.content))
     for (let i = 0; i < chunks.length; i += CHUNKS_PER_MESSAGE) send({ id: job.id, chunks: chunks.slice(i, i + CHUNKS_PER_MESSAGE) })
     send({ id: job.id, done: chunks.length })
   } catch (err) {

@@ -4,9 +4,9 @@ import type { Chunk, ChunkSettings } from './chunk'
 import type { DocType } from './parse'
 
 /**
- * Parsing and chunking, out of the service's process: a Bun subprocess (sandbox-child.ts) reads one
- * document at a time and answers its chunks; this side holds it to a time limit and a memory limit
- * and kills it at either. Why a process: the service's event loop (HTTP, lease heartbeats) must not
+ * Parsing and chunking (and local-embed), out of the service's process: Bun subprocesses
+ * (sandbox-child.ts), each reading one document at a time and answering its chunks; this side holds
+ * each to a time limit and a memory limit and kills it at either. Why a process: the service's event loop (HTTP, lease heartbeats) must not
  * wait on a parser, and its memory must not grow with one. A worker thread would keep the loop free,
  * but Bun enforces no memory limit on threads (measured with Bun 1.4.5: `resourceLimits:
  * { maxOldGenerationSizeMb: 100 }` is accepted and ignored, a thread grew the process past 1.5 GB),
@@ -71,9 +71,16 @@ export interface SandboxJob {
   bytes: Uint8Array
   settings: ChunkSettings
   maxChunks: number
+  /** Embed each chunk with local-embed too, beside the chunker (its token count is the chunk's). */
+  embed: boolean
 }
 
-export type SandboxMessage = { ready: true } | { id: number; chunks: Chunk[] } | { id: number; done: number } | { id: number; error: { code: string; message: string } }
+/** A chunk from the document process; `vector`: its local-embed vector in pgvector's text, when asked for. */
+export interface SandboxChunk extends Chunk {
+  vector?: string
+}
+
+export type SandboxMessage = { ready: true } | { id: number; chunks: SandboxChunk[] } | { id: number; done: number } | { id: number; error: { code: string; message: string } }
 
 /** The process' resident memory now, from /proc; null where there is no /proc (not Linux) or it is gone. */
 export function residentBytes(pid: number): number | null {
@@ -87,12 +94,53 @@ export function residentBytes(pid: number): number | null {
 
 interface Pending {
   id: number
-  chunks: Chunk[]
-  resolve: (chunks: Chunk[]) => void
+  chunks: SandboxChunk[]
+  resolve: (chunks: SandboxChunk[]) => void
   reject: (err: Error) => void
 }
 
+/**
+ * Document processes (each a SandboxProcess), each reading one document at a time: a document goes
+ * to the process with the fewest documents waiting. One by default; more let documents be parsed,
+ * chunked and embedded side by side on more cores (DOCUMENT_PROCESSES, docs/knowledge.md "Limits":
+ * each holds its own memory).
+ */
 export class DocumentSandbox {
+  private readonly processes: SandboxProcess[]
+
+  constructor(
+    readonly limits: SandboxLimits = DEFAULT_SANDBOX_LIMITS,
+    count = 1,
+  ) {
+    this.processes = Array.from({ length: Math.max(1, count) }, () => new SandboxProcess(limits))
+  }
+
+  /**
+   * The chunks of a document, parsed and chunked in a document process (with `embed`, each with its
+   * local-embed vector); rejects with SandboxFailure, SandboxCrashed or SandboxAborted, or what
+   * `load` throws. `load` is called when the process is free for the document, so documents waiting
+   * their turn hold no bytes.
+   */
+  process(type: DocType, load: () => Promise<Uint8Array>, settings: ChunkSettings, signal?: AbortSignal, embed = false): Promise<SandboxChunk[]> {
+    let least = this.processes[0]!
+    for (const p of this.processes) if (p.waiting < least.waiting) least = p
+    return least.process(type, load, settings, signal, embed)
+  }
+
+  /** The pid of a process reading a document (else of one started), while one runs (for measurements and tests). */
+  get pid(): number | null {
+    return (this.processes.find((p) => p.busy && p.pid !== null) ?? this.processes.find((p) => p.pid !== null))?.pid ?? null
+  }
+
+  /** Stops every process, failing the documents at hand with SandboxAborted; later documents start others. */
+  async close(): Promise<void> {
+    await Promise.all(this.processes.map((p) => p.close()))
+  }
+}
+
+class SandboxProcess {
+  /** Documents handed to this process and not settled yet (the one being read included). */
+  waiting = 0
   private child: Subprocess | null = null
   /** Settles when the child has loaded its parsers: its start-up is not the document's time. */
   private started: Promise<void> = Promise.resolve()
@@ -105,18 +153,19 @@ export class DocumentSandbox {
 
   constructor(readonly limits: SandboxLimits = DEFAULT_SANDBOX_LIMITS) {}
 
-  /**
-   * The chunks of a document, parsed and chunked in the child; rejects with SandboxFailure,
-   * SandboxCrashed or SandboxAborted, or what `load` throws. `load` is called when the child is free
-   * for the document, so documents waiting their turn hold no bytes.
-   */
-  process(type: DocType, load: () => Promise<Uint8Array>, settings: ChunkSettings, signal?: AbortSignal): Promise<Chunk[]> {
-    const run = this.queue.then(async () => this.run(type, await load(), settings, signal))
+  process(type: DocType, load: () => Promise<Uint8Array>, settings: ChunkSettings, signal: AbortSignal | undefined, embed: boolean): Promise<SandboxChunk[]> {
+    this.waiting++
+    const run = this.queue.then(async () => this.run(type, await load(), settings, signal, embed))
     this.queue = run.catch(() => undefined)
-    return run
+    return run.finally(() => this.waiting--)
   }
 
-  /** The child's pid while one runs (for measurements). */
+  /** Whether a document is being read now. */
+  get busy(): boolean {
+    return this.pending !== null
+  }
+
+  /** The child's pid while one runs. */
   get pid(): number | null {
     return this.child?.pid ?? null
   }
@@ -126,7 +175,7 @@ export class DocumentSandbox {
     await this.stopChild(new SandboxAborted('the document sandbox was closed'))
   }
 
-  private async run(type: DocType, bytes: Uint8Array, settings: ChunkSettings, signal?: AbortSignal): Promise<Chunk[]> {
+  private async run(type: DocType, bytes: Uint8Array, settings: ChunkSettings, signal: AbortSignal | undefined, embed: boolean): Promise<SandboxChunk[]> {
     if (signal?.aborted) throw new SandboxAborted('stopped')
     if (this.idle) clearTimeout(this.idle)
     const child = this.child ?? this.spawn()
@@ -142,7 +191,7 @@ export class DocumentSandbox {
     let timer: ReturnType<typeof setTimeout> | undefined
     const onAbort = () => void this.stopChild(new SandboxAborted('stopped'))
     try {
-      return await new Promise<Chunk[]>((resolve, reject) => {
+      return await new Promise<SandboxChunk[]>((resolve, reject) => {
         this.pending = { id, chunks: [], resolve, reject }
         timer = setTimeout(() => void this.stopChild(new SandboxFailure('processing_timeout', `parsing and chunking the document took longer than ${timeoutMs / 1000} s`)), timeoutMs)
         poll = setInterval(() => {
@@ -152,7 +201,7 @@ export class DocumentSandbox {
           }
         }, RSS_POLL_MS)
         signal?.addEventListener('abort', onAbort, { once: true })
-        const job: SandboxJob = { id, type, bytes, settings, maxChunks }
+        const job: SandboxJob = { id, type, bytes, settings, maxChunks, embed }
         child.send(job)
       })
     } finally {

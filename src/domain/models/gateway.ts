@@ -202,6 +202,35 @@ export class Gateway {
     return { ...result, credits }
   }
 
+  /**
+   * Whether `model` is the built-in local-embed on its first route (which never fails over): its
+   * vectors are the same wherever in this service they are computed, so ingestion computes them in
+   * the document process, beside the chunker, and only charges them here (`embeddedLocally`).
+   */
+  isLocalEmbedding(model: ModelSpec): boolean {
+    const route = model.type === 'embedding' ? model.routes[0] : undefined
+    return route !== undefined && route.model === 'local-embed' && this.d.providers.get(route.provider)?.kind === 'local'
+  }
+
+  /**
+   * What an `embed` call of local-embed does besides computing (the budget check, the charge for
+   * `tokens`, its span), for vectors computed elsewhere in this service (`isLocalEmbedding`).
+   */
+  async embeddedLocally(ctx: CallContext, model: ModelSpec, inputs: number, tokens: number): Promise<number> {
+    const span = tracingOn ? callSpan('embeddings', ctx, model, { 'gen_ai.embeddings.input_count': inputs, 'gen_ai.provider.name': 'local' }) : null
+    try {
+      if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
+      const credits = await this.charge(ctx, model, 'embedding', tokens, 0)
+      span?.setAttributes({ 'gen_ai.usage.input_tokens': tokens, credits })
+      return credits
+    } catch (err) {
+      if (span) failSpan(span, err)
+      throw err
+    } finally {
+      span?.end()
+    }
+  }
+
   async rerank(ctx: CallContext, model: ModelSpec, query: string, documents: string[], topN: number | undefined, signal: AbortSignal) {
     const span = tracingOn ? callSpan('rerank', ctx, model, { 'gen_ai.rerank.document_count': documents.length, ...(captureContent ? { 'gen_ai.input.messages': capped(query) } : {}) }) : null
     try {

@@ -1,5 +1,6 @@
 import { newId } from '../../lib/ids'
 import type { Sql } from '../db'
+import { vectorText } from '../vector-text'
 
 /** Chunks: written by the lease holder of their document's generation. */
 export interface ChunkInsert {
@@ -7,7 +8,8 @@ export interface ChunkInsert {
   content: string
   heading_path: string[]
   tokens: number
-  embedding: number[]
+  /** The vector, or already its pgvector text (vector-text.ts). */
+  embedding: number[] | string
 }
 
 
@@ -39,7 +41,7 @@ export async function insertChunks(
     content: c.content,
     heading_path: `{${c.heading_path.map((h) => `"${h.replaceAll('\\', '\\\\').replaceAll('"', '\\"')}"`).join(',')}}`,
     tokens: c.tokens,
-    embedding: `[${c.embedding.join(',')}]`,
+    embedding: typeof c.embedding === 'string' ? c.embedding : vectorText(c.embedding),
   }))
   const [result] = await sql<{ guard: boolean; inserted: number }[]>`
     with g as (

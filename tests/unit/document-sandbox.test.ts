@@ -1,0 +1,68 @@
+import { describe, expect, test } from 'bun:test'
+import { DEFAULT_CHUNKING } from '../../src/domain/knowledge/chunk'
+import { DEFAULT_SANDBOX_LIMITS, DocumentSandbox } from '../../src/domain/knowledge/sandbox'
+import { embedText } from '../../src/domain/models/local/embed'
+import { countTokens } from '../../src/lib/tokens'
+
+/**
+ * The document processes (src/domain/knowledge/sandbox.ts): several read documents side by side,
+ * one reads them in turn, and with `embed` each chunk comes back with its local-embed vector.
+ */
+const bytes = (text: string) => new TextEncoder().encode(text)
+const TEXT = `# Shipping\n\n${Array.from({ length: 6 }, (_, i) => `Parcel ${i} leaves the depot on day ${i + 1} and reaches the customer two days later.`).join('\n\n')}`
+
+describe('DocumentSandbox', () => {
+  test('two processes take two documents at once: the second is handed over while the first still waits for its bytes', async () => {
+    const sandbox = new DocumentSandbox(DEFAULT_SANDBOX_LIMITS, 2)
+    try {
+      let secondLoaded: () => void = () => {}
+      const second = new Promise<void>((resolve) => (secondLoaded = resolve))
+      // The first document's bytes come only once the second's have been asked for: with one process the second would wait behind the first forever.
+      const a = sandbox.process('md', async () => (await second, bytes(TEXT)), DEFAULT_CHUNKING)
+      const b = sandbox.process('md', async () => (secondLoaded(), bytes(TEXT)), DEFAULT_CHUNKING)
+      const [ca, cb] = await Promise.all([a, b])
+      expect(ca.length).toBeGreaterThan(0)
+      expect(cb).toEqual(ca)
+    } finally {
+      await sandbox.close()
+    }
+  }, 20_000)
+
+  test('one process reads documents in turn: the second is not handed over while the first waits for its bytes', async () => {
+    const sandbox = new DocumentSandbox(DEFAULT_SANDBOX_LIMITS, 1)
+    try {
+      const order: string[] = []
+      let release: () => void = () => {}
+      const gate = new Promise<void>((resolve) => (release = resolve))
+      const a = sandbox.process('md', async () => (order.push('a'), await gate, bytes(TEXT)), DEFAULT_CHUNKING)
+      const b = sandbox.process('md', async () => (order.push('b'), bytes(TEXT)), DEFAULT_CHUNKING)
+      while (order.length === 0) await new Promise((resolve) => setImmediate(resolve))
+      // Turns of the event loop with the first document's bytes still on their way: the second waits.
+      for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve))
+      expect(order).toEqual(['a'])
+      release()
+      await Promise.all([a, b])
+      expect(order).toEqual(['a', 'b'])
+    } finally {
+      await sandbox.close()
+    }
+  }, 20_000)
+
+  test('with embed, every chunk carries its local-embed vector as pgvector text; without, none', async () => {
+    const sandbox = new DocumentSandbox(DEFAULT_SANDBOX_LIMITS, 1)
+    try {
+      const settings = { chunk_size: 24, chunk_overlap: 4 }
+      const embedded = await sandbox.process('md', async () => bytes(TEXT), settings, undefined, true)
+      expect(embedded.length).toBeGreaterThan(2)
+      for (const c of embedded) {
+        expect(c.tokens).toBe(countTokens(c.content))
+        expect(c.vector!.slice(1, -1).split(',').map((v) => Math.fround(Number(v)))).toEqual(embedText(c.content).map((v) => Math.fround(v)))
+      }
+      const plain = await sandbox.process('md', async () => bytes(TEXT), settings)
+      expect(plain.map((c) => c.content)).toEqual(embedded.map((c) => c.content))
+      expect(plain.every((c) => c.vector === undefined)).toBe(true)
+    } finally {
+      await sandbox.close()
+    }
+  }, 20_000)
+})
