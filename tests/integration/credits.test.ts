@@ -66,12 +66,18 @@ interface LedgerRow {
   created_at: Date
 }
 
-const ledger = (ws: string) => h.deps.db.sql<LedgerRow[]>`
-  select workspace_id, model, kind, tokens_in, tokens_out, credits::text as credits, request_id, created_at
-  from credit_ledger where workspace_id = ${ws} order by created_at, id`
+/**
+ * A call's charge is journaled before its answer and written to the ledger in a batch a few ms later
+ * (docs/models.md, "Credits and budgets"): what this process holds is written before SQL reads it.
+ */
+const written = () => h.deps.models.charges.flush()
 
-const thresholdEvents = (ws: string) => h.deps.db.sql<{ workspace_id: string; data: any }[]>`
-  select workspace_id, data from events where type = 'credit.budget.threshold' and workspace_id = ${ws} order by created_at, id`
+const ledger = async (ws: string) => (await written(), h.deps.db.sql<LedgerRow[]>`
+  select workspace_id, model, kind, tokens_in, tokens_out, credits::text as credits, request_id, created_at
+  from credit_ledger where workspace_id = ${ws} order by created_at, id`)
+
+const thresholdEvents = async (ws: string) => (await written(), h.deps.db.sql<{ workspace_id: string; data: any }[]>`
+  select workspace_id, data from events where type = 'credit.budget.threshold' and workspace_id = ${ws} order by created_at, id`)
 
 const putBudget = (ws: string, body: Record<string, unknown>, key = owner) => h.call('PUT', `/v1/workspaces/${ws}/budget`, { key, body })
 const budget = (credits: number, thresholds: number[], hard_limit: boolean) => ({ credits, period: 'month', thresholds, hard_limit })
@@ -352,6 +358,7 @@ describe('hard limit', () => {
     const res = await chat(ws)
     expect(res.status).toBe(200)
     expect(upstreamCalls('priced-up')).toBe(upstream + 1)
+    await written()
     const [period] = await h.deps.db.sql<{ used: string }[]>`select used::text as used from credit_periods where workspace_id = ${ws}`
     expect(period!.used).toBe('1.500000')
   })
