@@ -6,6 +6,7 @@ import { ApiKeys } from './domain/api-keys'
 import { loadCatalog } from './domain/models/catalog'
 import { createGateway } from './domain/models'
 import { ChargeOutbox } from './domain/charge-outbox'
+import { AccessCache } from './domain/access-cache'
 import { createMetrics } from './lib/metrics'
 import { startTracing, stopTracing } from './lib/tracing'
 import { loadSecretKey, SecretBox } from './lib/secret-box'
@@ -121,7 +122,7 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
       documents: { nudge: () => {} },
       indexer: { nudge: () => {} },
       files,
-      models: createGateway({ sql: db.sql, log, catalog, nudgeEvents: () => events.nudge(), charges }),
+      models: createGateway({ sql: db.sql, log, catalog, nudgeEvents: () => events.nudge(), charges, access: new AccessCache(db.kind === 'pglite') }),
     }
   } catch (err) {
     if (!opts.db) await db.close().catch(() => {})

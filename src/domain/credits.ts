@@ -6,6 +6,7 @@ import type { WorkspaceAccessRow } from '../store/workspaces'
 import type { ModelSpec } from './models/catalog'
 import { access } from './workspaces'
 import { round6 } from '../lib/usage'
+import type { AccessCache } from './access-cache'
 
 /**
  * Credits (docs/models.md, "Credits and budgets"): every model call's tokens priced by the model's
@@ -41,8 +42,9 @@ export async function checkBudget(sql: Pool, workspaceId: string, held: PendingC
  * and a hard-limit budget is not used up, in one query. A refused access (403/404) wins over an
  * exhausted budget (402), as when the two were asked apart.
  */
-export async function checkAccessAndBudget(sql: Pool, caller: Caller, workspaceId: string, held: PendingCredits, now = new Date()): Promise<void> {
-  const row = await store.accessAndBudget(sql, workspaceId, caller.userId, now)
+export async function checkAccessAndBudget(sql: Pool, caller: Caller, workspaceId: string, held: PendingCredits, cache: AccessCache, now = new Date()): Promise<void> {
+  const period = store.periodStart(now)
+  const row = await cache.get(`${workspaceId} ${caller.userId} ${period}`, () => store.accessAndBudget(sql, workspaceId, caller.userId, now))
   authorize(caller, row?.access as WorkspaceAccessRow | null ?? null, 'use', { id: workspaceId })
   const budget = row!.budget
   if (!budget?.hard_limit) return

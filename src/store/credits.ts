@@ -1,5 +1,6 @@
 import { newId } from '../lib/ids'
 import type { Sql, Tx } from './db'
+import { accessChanged } from './access-generation'
 import { traceJson, type TraceCarrier } from './trace-context'
 import type { Role } from './workspaces'
 
@@ -39,6 +40,7 @@ const MAX_THRESHOLDS = 20
  * thresholds it fired.
  */
 export async function addCharge(sql: Sql, c: Charge, at: Date): Promise<{ after: number; crossed: number[] }> {
+  accessChanged()
   const period = periodStart(at)
   const ids = Array.from({ length: MAX_THRESHOLDS }, () => newId('evt'))
   const [row] = await sql<{ used: string; fired_now: number[] }[]>`
@@ -95,6 +97,7 @@ export interface JournaledCharge extends Charge {
  */
 export async function addCharges(sql: Sql, charges: readonly JournaledCharge[], traces: readonly (TraceCarrier | null)[] = []): Promise<{ fired: { workspace_id: string; fired_now: number[] }[] }> {
   if (charges.length === 0) return { fired: [] }
+  accessChanged()
   const groups = new Map<string, number>()
   const gws: string[] = []
   const gperiods: string[] = []
@@ -169,6 +172,7 @@ export async function addCharges(sql: Sql, charges: readonly JournaledCharge[], 
 }
 
 export async function putBudget(tx: Tx, b: Omit<BudgetRow, 'updated_at' | 'credits'> & { credits: number }): Promise<BudgetRow> {
+  accessChanged()
   const [row] = await tx<BudgetRow[]>`
     insert into workspace_budgets (workspace_id, credits, period, thresholds, hard_limit)
     values (${b.workspace_id}, ${b.credits}, ${b.period}, ${b.thresholds}, ${b.hard_limit})

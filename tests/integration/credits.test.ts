@@ -374,6 +374,33 @@ describe('hard limit', () => {
   })
 })
 
+describe('the check before a call follows every change at once', () => {
+  // The embedded database's answers are kept between calls until a write could change them
+  // (src/domain/access-cache.ts): each change below is seen by the very next call.
+  test('a member removed, a role lowered, a workspace archived and restored, a budget used up', async () => {
+    const ws = await newWorkspace()
+    reports('priced-up', 100, 200) // 0.5 a call
+    const dev = await addMember(ws, `cached-dev-${seq}`, 'developer')
+    const other = await addMember(ws, `cached-other-${seq}`, 'developer')
+    for (let i = 0; i < 2; i++) expect((await chat(ws, 'priced', {}, dev)).status).toBe(200)
+    expect((await h.call('DELETE', `/v1/workspaces/${ws}/members/cached-dev-${seq}`, { key: owner })).status).toBe(200)
+    expect((await chat(ws, 'priced', {}, dev)).status).toBe(404)
+    expect((await chat(ws, 'priced', {}, other)).status).toBe(200)
+    expect((await h.call('PATCH', `/v1/workspaces/${ws}/members/cached-other-${seq}`, { key: owner, body: { role: 'readonly' } })).status).toBe(200)
+    expect((await chat(ws, 'priced', {}, other)).status).toBe(403)
+    expect((await chat(ws)).status).toBe(200)
+    expect((await h.call('POST', `/v1/workspaces/${ws}/archive`, { key: owner })).status).toBe(200)
+    const archived = await chat(ws)
+    expect(archived.status).toBeGreaterThanOrEqual(400)
+    expect((await h.call('POST', `/v1/workspaces/${ws}/restore`, { key: owner })).status).toBe(200)
+    expect((await chat(ws)).status).toBe(200)
+    // 2 + 1 + 1 + 1 calls of 0.5 so far: a hard limit of 3 allows one more call, then refuses.
+    expect((await putBudget(ws, budget(3, [], true))).status).toBe(200)
+    expect((await chat(ws)).status).toBe(200)
+    expect((await chat(ws)).status).toBe(402)
+  })
+})
+
 describe('concurrency', () => {
   test('50 calls at once: 50 ledger rows, the period total is their exact sum, each threshold fired once', async () => {
     const ws = await newWorkspace()

@@ -6,6 +6,7 @@ import type { Charge } from '../../store/credits'
 import { emit } from '../../store/events'
 import { checkBudget, price } from '../credits'
 import type { ChargeOutbox } from '../charge-outbox'
+import type { AccessCache } from '../access-cache'
 import type { Catalog, ModelSpec, ModelType } from './catalog'
 import { CircuitBreaker } from './circuit-breaker'
 import { embedBatches } from './embed-batches'
@@ -42,12 +43,17 @@ export class Gateway {
   readonly breaker = new CircuitBreaker()
 
   constructor(
-    private readonly d: { sql: Pool; log: Logger; catalog: Catalog; providers: Map<string, Provider>; nudgeEvents: () => void; charges: ChargeOutbox },
+    private readonly d: { sql: Pool; log: Logger; catalog: Catalog; providers: Map<string, Provider>; nudgeEvents: () => void; charges: ChargeOutbox; access: AccessCache },
   ) {}
 
   /** The write-behind every call outside an agent's transaction is charged through (charge-outbox.ts). */
   get charges(): ChargeOutbox {
     return this.d.charges
+  }
+
+  /** The answers of the check before a call, kept while nothing they depend on changes (access-cache.ts). */
+  get access(): AccessCache {
+    return this.d.access
   }
 
   /** The model `id` of `type`; unknown → 404, another type → 400. */
