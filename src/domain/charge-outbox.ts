@@ -182,12 +182,19 @@ export class ChargeOutbox {
       throw err
     }
     this.failures = 0
-    for (const s of segments) unlinkSync(join(this.own, s))
     for (const c of batch) {
       const key = heldKey(c.workspace_id, periodStart(new Date(c.at)))
       const h = this.held.get(key)!
       if (--h.count === 0) this.held.delete(key)
       else h.credits -= c.credits
+    }
+    // Last: a segment that cannot be deleted is replayed by a later start, which writes nothing twice.
+    for (const segment of segments) {
+      try {
+        unlinkSync(join(this.own, segment))
+      } catch (err) {
+        this.o.log.warn({ err, segment }, 'credits: a written journal segment could not be deleted')
+      }
     }
   }
 }
