@@ -31,7 +31,7 @@ const catalog = parseCatalog({
   models: concurrencies.map((c) => ({ id: `embed-c${c}`, type: 'embedding', vendor: 'bench', dimensions: DIMS, routes: [{ provider: `c${c}`, model: 'bench-embed' }] })),
 })
 // No database: the budget is said to be checked and the charges are collected, not written.
-const gateway = createGateway({ sql: undefined as never, log: createLogger('silent'), catalog, nudgeEvents: () => {} })
+const gateway = createGateway({ sql: undefined as never, log: createLogger('silent'), catalog, nudgeEvents: () => {}, charges: undefined as never, access: undefined as never })
 
 const inputs = Array.from({ length: INPUTS }, (_, i) => `chunk ${i}: the keeper logs the weather at the lighthouse every hour, and the log is read at noon.`)
 

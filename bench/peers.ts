@@ -438,7 +438,7 @@ async function main() {
     portkey
       ? `Portkey AI Gateway ${PORTKEY_VERSION} (\`@portkey-ai/gateway\`, \`@hono/node-server\` pinned to ${HONO_NODE_SERVER}: later versions fail its every streamed call), run with Node, \`x-portkey-provider: openai\`, \`x-portkey-custom-host\` the fake; connections beyond loopback seen: ${leaks.length}.`
       : `Portkey was not run: ${portkeySkipped}.`,
-    `Per call our service authenticates the key, checks the workspace's access and its hard-limit budget, and writes the ledger (priced model, as \`bench:models\`); Portkey, without a config, does no accounting.`,
+    `Per call our service authenticates the key, checks the workspace's access and its hard-limit budget (embedded: an answer kept until something it depends on changes), and charges the call (priced model, as \`bench:models\`: journaled before the answer, written to the ledger in batches); Portkey, without a config, does no accounting.`,
     `Non-streamed: ${ROUNDS} rounds × ${SECONDS} s per target and connection count, order rotated; latencies are the medians of the rounds' percentiles. Streams: ${STREAMS} 500-chunk answers (each event its own upstream write) and ${STREAMS} 20-chunk ones per target, one at a time, interleaved; copy rate: median of ${BURST_RUNS} unpaced ${BURST_TOKENS.toLocaleString('en')}-chunk streams. Load from fetch loops in one Bun process.`,
     '',
     `| ${header.join(' | ')} |`,

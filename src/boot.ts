@@ -5,6 +5,8 @@ import type { Deps } from './deps'
 import { ApiKeys } from './domain/api-keys'
 import { loadCatalog } from './domain/models/catalog'
 import { createGateway } from './domain/models'
+import { ChargeOutbox } from './domain/charge-outbox'
+import { AccessCache } from './domain/access-cache'
 import { createMetrics } from './lib/metrics'
 import { startTracing, stopTracing } from './lib/tracing'
 import { loadSecretKey, SecretBox } from './lib/secret-box'
@@ -101,6 +103,8 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
     const apiKeys = new ApiKeys(db.sql, redis)
     await apiKeys.start()
     const events = { nudge: () => {} }
+    // Charges a process journaled and did not write (it was killed) are written before anything is served.
+    const charges = await ChargeOutbox.open({ sql: db.sql, dir: join(config.dataDir, 'credits'), log, flushMs: config.creditsFlushMs, nudgeEvents: () => events.nudge() })
     const files = openFileStore(config.storage, db.sql)
     log.info(`uploaded originals are kept in ${files.describe}`)
     return {
@@ -118,7 +122,7 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
       documents: { nudge: () => {} },
       indexer: { nudge: () => {} },
       files,
-      models: createGateway({ sql: db.sql, log, catalog, nudgeEvents: () => events.nudge() }),
+      models: createGateway({ sql: db.sql, log, catalog, nudgeEvents: () => events.nudge(), charges, access: new AccessCache(db.kind === 'pglite') }),
     }
   } catch (err) {
     if (!opts.db) await db.close().catch(() => {})
@@ -127,6 +131,8 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
 }
 
 export async function closeDeps(deps: Deps): Promise<void> {
+  // The charges held are written while the database is still open.
+  await deps.models.charges.close()
   await deps.apiKeys.stop()
   await deps.redis.close()
   await deps.db.close()

@@ -42,6 +42,7 @@ const Env = Type.Object({
   SHUTDOWN_TIMEOUT_MS: Type.Optional(Int()),
   SSE_HEARTBEAT_MS: Type.Optional(Int()),
   DATA_DIR_LOCK_WAIT_MS: Type.Optional(Int()),
+  CREDITS_FLUSH_MS: Type.Optional(Int()),
   // Where uploaded originals live (docs/deployment.md, "Where uploaded files live"), and the usual
   // variables of S3 clients for s3:// (the S3_* ones first, as Bun's own client reads them).
   STORAGE_URL: Type.Optional(Type.String({ minLength: 1 })),
@@ -112,6 +113,8 @@ export interface Config {
   shutdownTimeoutMs: number
   /** A comment on a quiet event stream this often (0: never). */
   sseHeartbeatMs: number
+  /** How long a held model call's charge waits for the next batch to the ledger (docs/models.md, "Credits and budgets"). */
+  creditsFlushMs: number
   /** How long a start waits for an exiting holder of the embedded database's lock (docs/deployment.md). */
   dataDirLockWaitMs: number
   /** Shut down when the launcher that started this process (`bun start`) is gone (docs/deployment.md). */
@@ -213,6 +216,7 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     sseHeartbeatMs: int('SSE_HEARTBEAT_MS', 15_000, 0, 25_000),
     // A SIGKILLed process with a few GB mapped is gone within a second or two; 30 s covers a slow disk.
     dataDirLockWaitMs: int('DATA_DIR_LOCK_WAIT_MS', 30_000, 0, 600_000),
+    creditsFlushMs: int('CREDITS_FLUSH_MS', 10, 0, 600_000),
     // `bun start` is a launcher process with the service as its child: watched by default then only.
     exitWithLauncher: env.EXIT_WITH_LAUNCHER === undefined ? env.npm_lifecycle_event !== undefined : bool(env.EXIT_WITH_LAUNCHER),
     logLevel: env.LOG_LEVEL ?? 'info',

@@ -6,6 +6,7 @@ import type { WorkspaceAccessRow } from '../store/workspaces'
 import type { ModelSpec } from './models/catalog'
 import { access } from './workspaces'
 import { round6 } from '../lib/usage'
+import type { AccessCache } from './access-cache'
 
 /**
  * Credits (docs/models.md, "Credits and budgets"): every model call's tokens priced by the model's
@@ -19,14 +20,21 @@ export function price(model: Pick<ModelSpec, 'pricing'>, tokensIn: number, token
   return round6(credits)
 }
 
+/** Credits charged but not yet in the committed total (this process' write-behind: charge-outbox.ts). */
+export interface PendingCredits {
+  pending(workspaceId: string, at?: Date): number
+}
+
 /**
- * A hard limit answers 402 before the provider is called. Calls already in flight when the limit is
- * reached still finish and are charged, so a period can end slightly over its budget.
+ * A hard limit answers 402 before the provider is called, against the committed total plus what
+ * this process holds in its write-behind. Calls already in flight when the limit is reached still
+ * finish and are charged, and other processes' held charges (a few milliseconds' worth) are not
+ * seen, so a period can end slightly over its budget.
  */
-export async function checkBudget(sql: Pool, workspaceId: string, now = new Date()): Promise<void> {
+export async function checkBudget(sql: Pool, workspaceId: string, held: PendingCredits, now = new Date()): Promise<void> {
   const budget = await store.budgetState(sql, workspaceId, now)
   if (!budget?.hard_limit) return
-  exceeded(workspaceId, budget)
+  exceeded(workspaceId, budget, held.pending(workspaceId, now))
 }
 
 /**
@@ -34,32 +42,29 @@ export async function checkBudget(sql: Pool, workspaceId: string, now = new Date
  * and a hard-limit budget is not used up, in one query. A refused access (403/404) wins over an
  * exhausted budget (402), as when the two were asked apart.
  */
-export async function checkAccessAndBudget(sql: Pool, caller: Caller, workspaceId: string, now = new Date()): Promise<void> {
-  const row = await store.accessAndBudget(sql, workspaceId, caller.userId, now)
+export async function checkAccessAndBudget(sql: Pool, caller: Caller, workspaceId: string, held: PendingCredits, cache: AccessCache, now = new Date()): Promise<void> {
+  const period = store.periodStart(now)
+  const row = await cache.get(`${workspaceId} ${caller.userId} ${period}`, () => store.accessAndBudget(sql, workspaceId, caller.userId, now))
   authorize(caller, row?.access as WorkspaceAccessRow | null ?? null, 'use', { id: workspaceId })
   const budget = row!.budget
   if (!budget?.hard_limit) return
-  exceeded(workspaceId, budget)
+  exceeded(workspaceId, budget, held.pending(workspaceId, now))
 }
 
-function exceeded(workspaceId: string, budget: { used: string; credits: string; period: string }): void {
-  const used = Number(budget.used)
+function exceeded(workspaceId: string, budget: { used: string; credits: string; period: string }, pending: number): void {
+  const used = round6(Number(budget.used) + pending)
   if (used >= Number(budget.credits)) {
     throw new AppError('budget_exceeded', `workspace ${workspaceId} used ${used} of its ${Number(budget.credits)} credits this ${budget.period}; raise the budget or wait for the next period`)
   }
 }
 
 /**
- * Charges a call, in one statement (`store.addCharge`): the ledger row, the running total, and every
- * threshold it crosses, decided under the period row's lock, so each threshold's
- * `credit.budget.threshold` event is written once per period, committed with the charge (the outbox
- * delivers it after commit). Outside a transaction that is one round trip and one commit.
+ * Charges a call inside the caller's transaction (an agent's answer commits with the credits it
+ * cost), in one statement (`store.addCharge`): the ledger row, the running total, and every threshold
+ * it crosses, decided under the period row's lock, so each threshold's `credit.budget.threshold`
+ * event is written once per period, committed with the charge. A model call outside such a
+ * transaction is charged through the write-behind instead (charge-outbox.ts).
  */
-export async function charge(sql: Pool, c: store.Charge, now = new Date()): Promise<{ crossed: number[] }> {
-  return { crossed: (await store.addCharge(sql, c, now)).crossed }
-}
-
-/** `charge` inside the caller's transaction (an agent's answer commits with the credits it cost). */
 export async function chargeIn(tx: Tx, c: store.Charge, now = new Date()): Promise<{ crossed: number[] }> {
   return { crossed: (await store.addCharge(tx, c, now)).crossed }
 }
@@ -79,8 +84,10 @@ export async function setBudget(sql: Pool, caller: Caller, workspaceId: string, 
 }
 
 /** GET /v1/workspaces/{id}/usage: totals by model and by day over [from, to), and the budget's state. */
-export async function usage(sql: Pool, caller: Caller, workspaceId: string, from: Date, to: Date, now = new Date()) {
+export async function usage(sql: Pool, caller: Caller, workspaceId: string, from: Date, to: Date, held: { flush(): Promise<void> }, now = new Date()) {
   await access(sql, caller, workspaceId, 'read', true)
+  // What this process still holds is written first: a caller reads its own calls' charges.
+  await held.flush()
   const rows = await store.usageByDayAndModel(sql, workspaceId, from, to)
   const sum = (list: store.UsageRow[]) => ({
     calls: list.reduce((n, r) => n + r.calls, 0),

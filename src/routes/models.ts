@@ -32,7 +32,7 @@ export function modelRoutes(deps: Deps) {
     const workspaceId = await resolveWorkspaceId(sql, caller, explicit, header)
     // Both before any provider is called, in one query; a refused access (403/404) wins over an
     // exhausted budget (402).
-    await checkAccessAndBudget(sql, caller, workspaceId)
+    await checkAccessAndBudget(sql, caller, workspaceId, gateway.charges, gateway.access)
     return { workspaceId, requestId, budgetChecked: true }
   }
 

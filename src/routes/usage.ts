@@ -19,7 +19,7 @@ export function usageRoutes(deps: Deps) {
       const from = query.from === undefined ? new Date(to.getTime() - 30 * DAY) : parseTime(query.from)
       if (!from) throw invalid('from', 'must be an ISO 8601 time')
       if (from >= to) throw invalid('from', 'must be before to')
-      return envelope(requestId, await credits.usage(sql, caller, params.id, from, to))
+      return envelope(requestId, await credits.usage(sql, caller, params.id, from, to, deps.models.charges))
     }, {
       params: t.Object({ id: Id('ws', 'Workspace id') }),
       query: t.Object({

@@ -1,6 +1,7 @@
 import { newId } from '../lib/ids'
 import type { Sql, Tx } from './db'
-import { traceJson } from './trace-context'
+import { accessChanged } from './access-generation'
+import { traceJson, type TraceCarrier } from './trace-context'
 import type { Role } from './workspaces'
 
 export interface BudgetRow {
@@ -39,6 +40,7 @@ const MAX_THRESHOLDS = 20
  * thresholds it fired.
  */
 export async function addCharge(sql: Sql, c: Charge, at: Date): Promise<{ after: number; crossed: number[] }> {
+  accessChanged()
   const period = periodStart(at)
   const ids = Array.from({ length: MAX_THRESHOLDS }, () => newId('evt'))
   const [row] = await sql<{ used: string; fired_now: number[] }[]>`
@@ -75,7 +77,102 @@ export async function addCharge(sql: Sql, c: Charge, at: Date): Promise<{ after:
   return { after: Number(row!.used), crossed: row!.fired_now }
 }
 
+/** A charge as the write-behind keeps it (src/domain/charge-outbox.ts): its ledger id and its time are fixed when the call is answered. */
+export interface JournaledCharge extends Charge {
+  /** The ledger row's id (`crd_`): inserting it twice inserts it once, so a replay never charges twice. */
+  id: string
+  /** When the call was answered (ms since the epoch): the row's created_at and the period it counts in. */
+  at: number
+}
+
+/**
+ * Many charges in one statement, idempotent by ledger id: the ledger rows not already there (a
+ * charge whose workspace was deleted meanwhile is dropped, as its rows would have been); each
+ * period's running total raised by the sum of the rows inserted, under the period row's lock; the
+ * thresholds the new total reaches and that have not fired in the period, marked fired; and their
+ * `credit.budget.threshold` events, each with the total as it stood after the charge that crossed
+ * its line (a running sum over the batch in answer order), as a charge at a time would report it.
+ * A batch replayed after a crash inserts no row again, so it raises no total and fires nothing.
+ * Returns the workspaces whose thresholds fired.
+ */
+export async function addCharges(sql: Sql, charges: readonly JournaledCharge[], traces: readonly (TraceCarrier | null)[] = []): Promise<{ fired: { workspace_id: string; fired_now: number[] }[] }> {
+  if (charges.length === 0) return { fired: [] }
+  accessChanged()
+  const groups = new Map<string, number>()
+  const gws: string[] = []
+  const gperiods: string[] = []
+  const gtraces: (string | null)[] = []
+  for (const [i, c] of charges.entries()) {
+    const period = periodStart(new Date(c.at))
+    const key = `${c.workspace_id} ${period}`
+    let g = groups.get(key)
+    if (g === undefined) {
+      groups.set(key, (g = gws.length))
+      gws.push(c.workspace_id)
+      gperiods.push(period)
+      gtraces.push(null)
+    }
+    const trace = traces[i]
+    if (trace) gtraces[g] = JSON.stringify(trace)
+  }
+  const evtIds = Array.from({ length: gws.length * MAX_THRESHOLDS }, () => newId('evt'))
+  const rows = await sql<{ workspace_id: string; fired_now: number[] }[]>`
+    with input as (
+      select i.*, date_trunc('month', i.created_at at time zone 'UTC')::date as period_start
+      from unnest(${charges.map((c) => c.id)}::text[], ${charges.map((c) => c.workspace_id)}::text[], ${charges.map((c) => c.model)}::text[],
+        ${charges.map((c) => c.kind)}::text[], ${charges.map((c) => c.tokens_in)}::int[], ${charges.map((c) => c.tokens_out)}::int[],
+        ${charges.map((c) => String(c.credits))}::numeric[], ${charges.map((c) => c.request_id)}::text[], ${charges.map((c) => new Date(c.at).toISOString())}::timestamptz[])
+        with ordinality as i(id, workspace_id, model, kind, tokens_in, tokens_out, credits, request_id, created_at, ord)
+      where exists (select 1 from workspaces w where w.id = i.workspace_id)
+    ), ledger as (
+      insert into credit_ledger (id, workspace_id, model, kind, tokens_in, tokens_out, credits, request_id, created_at)
+      select id, workspace_id, model, kind, tokens_in, tokens_out, credits, request_id, created_at from input
+      on conflict (id) do nothing
+      returning id
+    ), runs as (
+      select i.workspace_id, i.period_start, sum(i.credits) over (partition by i.workspace_id, i.period_start order by i.ord) as run
+      from input i join ledger l on l.id = i.id
+    ), sums as (
+      select workspace_id, period_start, max(run) as credits from runs group by 1, 2
+    ), total as (
+      insert into credit_periods as p (workspace_id, period_start, used, thresholds_fired, fired_now)
+      select s.workspace_id, s.period_start, s.credits, v.crossed, v.crossed
+      from sums s, lateral (
+        select array(
+          select t from workspace_budgets b, unnest(b.thresholds) t
+          where b.workspace_id = s.workspace_id and s.credits >= t / 100.0 * b.credits order by t) as crossed
+      ) v
+      on conflict (workspace_id, period_start) do update set
+        used = p.used + excluded.used,
+        thresholds_fired = p.thresholds_fired || array(
+          select t from workspace_budgets b, unnest(b.thresholds) t
+          where b.workspace_id = p.workspace_id and t <> all (p.thresholds_fired) and p.used + excluded.used >= t / 100.0 * b.credits order by t),
+        fired_now = array(
+          select t from workspace_budgets b, unnest(b.thresholds) t
+          where b.workspace_id = p.workspace_id and t <> all (p.thresholds_fired) and p.used + excluded.used >= t / 100.0 * b.credits order by t)
+      returning p.workspace_id, p.period_start, p.used, p.fired_now
+    ), groups as (
+      select * from unnest(${gws}::text[], ${gperiods}::date[], ${gtraces}::text[]) with ordinality as g(workspace_id, period_start, trace, n)
+    ), fired as (
+      insert into events (id, workspace_id, type, data, created_at, trace_context)
+      select (${evtIds}::text[])[((g.n - 1) * ${MAX_THRESHOLDS} + f.n)::int], total.workspace_id, 'credit.budget.threshold', jsonb_build_object(
+          'workspace_id', total.workspace_id, 'threshold_percent', f.t,
+          'used_credits', (select min(total.used - s.credits + r.run) from runs r
+            where r.workspace_id = total.workspace_id and r.period_start = total.period_start and total.used - s.credits + r.run >= f.t / 100.0 * b.credits)::float8,
+          'budget_credits', b.credits::float8, 'period', b.period, 'period_start', to_char(total.period_start, 'YYYY-MM-DD')),
+        clock_timestamp(), g.trace::jsonb
+      from total
+      join sums s on s.workspace_id = total.workspace_id and s.period_start = total.period_start
+      join groups g on g.workspace_id = total.workspace_id and g.period_start = total.period_start
+      cross join unnest(total.fired_now) with ordinality f(t, n)
+      join workspace_budgets b on b.workspace_id = total.workspace_id
+    )
+    select workspace_id, fired_now from total where cardinality(fired_now) > 0`
+  return { fired: rows }
+}
+
 export async function putBudget(tx: Tx, b: Omit<BudgetRow, 'updated_at' | 'credits'> & { credits: number }): Promise<BudgetRow> {
+  accessChanged()
   const [row] = await tx<BudgetRow[]>`
     insert into workspace_budgets (workspace_id, credits, period, thresholds, hard_limit)
     values (${b.workspace_id}, ${b.credits}, ${b.period}, ${b.thresholds}, ${b.hard_limit})

@@ -109,7 +109,7 @@ const LOCK_EX = 2
 const LOCK_NB = 4
 
 /** An exclusive flock on `fd` without waiting: whether it was taken (true where there is no flock). */
-function tryFlock(fd: number): boolean {
+export function tryFlock(fd: number): boolean {
   return flock ? flock(fd, LOCK_EX | LOCK_NB) === 0 : true
 }
 

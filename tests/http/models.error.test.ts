@@ -38,6 +38,7 @@ const post = (path: string, body: unknown, opts: { key?: string | null; headers?
 
 /** Nothing may have been charged for a refused call. */
 async function nothingCharged(res: Answer) {
+  await h.deps.models.charges.flush()
   const rows = await h.deps.db.sql`select 1 from credit_ledger where request_id = ${res.body.request_id}`
   expect(rows.length).toBe(0)
 }
@@ -304,6 +305,7 @@ function sseOf(res: Answer): string {
 test('the workspace of the harness is used by default (sanity of the fixtures above)', async () => {
   const res = await post('/v1/models/embeddings', { model: 'local-embed', input: ['x'] })
   expect(res.status).toBe(200)
+  await h.deps.models.charges.flush()
   const [row] = await h.deps.db.sql<{ workspace_id: string }[]>`select workspace_id from credit_ledger where request_id = ${res.body.request_id}`
   expect(row!.workspace_id).toBe(ws)
 })

@@ -48,6 +48,8 @@ afterAll(async () => {
 
 /** The workspace the ledger charged for a request (every call writes one row, also at 0 credits). */
 async function chargedTo(requestId: string): Promise<{ workspace_id: string; model: string; kind: string; tokens_in: number; tokens_out: number; credits: number }[]> {
+  // Charges reach the ledger in batches (docs/models.md, "Credits and budgets"): this process' are written first.
+  await h.deps.models.charges.flush()
   const rows = await h.deps.db.sql<any[]>`select workspace_id, model, kind, tokens_in, tokens_out, credits from credit_ledger where request_id = ${requestId}`
   return rows.map((r) => ({ ...r, tokens_in: Number(r.tokens_in), tokens_out: Number(r.tokens_out), credits: Number(r.credits) }))
 }

@@ -109,8 +109,8 @@ const sent = (upstream: string): FakeRequest[] => fake.requests.filter((r) => r.
 /** The `tool` messages of a request to the model, their content parsed. */
 const toolMessages = (r: FakeRequest) => r.json.messages.filter((m: any) => m.role === 'tool').map((m: any) => ({ id: m.tool_call_id, output: JSON.parse(m.content) }))
 const call = (name: string, args: Record<string, unknown>, id?: string) => ({ ...(id ? { id } : {}), name, arguments: args })
-const ledgerOf = (requestId: string, on = h) =>
-  on.deps.db.sql<{ model: string; kind: string; credits: string }[]>`select model, kind, credits::text as credits from credit_ledger where request_id = ${requestId} order by created_at, id`
+const ledgerOf = async (requestId: string, on = h) => (await on.deps.models.charges.flush(),
+  on.deps.db.sql<{ model: string; kind: string; credits: string }[]>`select model, kind, credits::text as credits from credit_ledger where request_id = ${requestId} order by created_at, id`)
 
 const ordersTool = () => ({
   type: 'http', name: 'lookup_order', description: 'Looks an order up', method: 'GET', url: `${base}/orders/{order_id}`,

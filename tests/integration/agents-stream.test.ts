@@ -89,7 +89,7 @@ async function messagesOf(conversationId: string): Promise<any[]> {
 }
 
 const sent = (upstream: string) => fake.requests.filter((r) => r.model === upstream)
-const ledgerOf = (requestId: string) => h.deps.db.sql<{ tokens_out: number; credits: string }[]>`select tokens_out, credits::text as credits from credit_ledger where request_id = ${requestId}`
+const ledgerOf = async (requestId: string) => (await h.deps.models.charges.flush(), h.deps.db.sql<{ tokens_out: number; credits: string }[]>`select tokens_out, credits::text as credits from credit_ledger where request_id = ${requestId}`)
 
 describe('framing', () => {
   test('tool_call then tool_result for a tool round, message deltas that add up to the answer, usage then done last, X-Conversation-Id', async () => {

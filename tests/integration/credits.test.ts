@@ -66,12 +66,18 @@ interface LedgerRow {
   created_at: Date
 }
 
-const ledger = (ws: string) => h.deps.db.sql<LedgerRow[]>`
-  select workspace_id, model, kind, tokens_in, tokens_out, credits::text as credits, request_id, created_at
-  from credit_ledger where workspace_id = ${ws} order by created_at, id`
+/**
+ * A call's charge is journaled before its answer and written to the ledger in a batch a few ms later
+ * (docs/models.md, "Credits and budgets"): what this process holds is written before SQL reads it.
+ */
+const written = () => h.deps.models.charges.flush()
 
-const thresholdEvents = (ws: string) => h.deps.db.sql<{ workspace_id: string; data: any }[]>`
-  select workspace_id, data from events where type = 'credit.budget.threshold' and workspace_id = ${ws} order by created_at, id`
+const ledger = async (ws: string) => (await written(), h.deps.db.sql<LedgerRow[]>`
+  select workspace_id, model, kind, tokens_in, tokens_out, credits::text as credits, request_id, created_at
+  from credit_ledger where workspace_id = ${ws} order by created_at, id`)
+
+const thresholdEvents = async (ws: string) => (await written(), h.deps.db.sql<{ workspace_id: string; data: any }[]>`
+  select workspace_id, data from events where type = 'credit.budget.threshold' and workspace_id = ${ws} order by created_at, id`)
 
 const putBudget = (ws: string, body: Record<string, unknown>, key = owner) => h.call('PUT', `/v1/workspaces/${ws}/budget`, { key, body })
 const budget = (credits: number, thresholds: number[], hard_limit: boolean) => ({ credits, period: 'month', thresholds, hard_limit })
@@ -352,6 +358,7 @@ describe('hard limit', () => {
     const res = await chat(ws)
     expect(res.status).toBe(200)
     expect(upstreamCalls('priced-up')).toBe(upstream + 1)
+    await written()
     const [period] = await h.deps.db.sql<{ used: string }[]>`select used::text as used from credit_periods where workspace_id = ${ws}`
     expect(period!.used).toBe('1.500000')
   })
@@ -364,6 +371,33 @@ describe('hard limit', () => {
     expect((await chat(ws)).status).toBe(402)
     expect((await putBudget(ws, budget(2, [], true))).status).toBe(200)
     expect((await chat(ws)).status).toBe(200)
+  })
+})
+
+describe('the check before a call follows every change at once', () => {
+  // The embedded database's answers are kept between calls until a write could change them
+  // (src/domain/access-cache.ts): each change below is seen by the very next call.
+  test('a member removed, a role lowered, a workspace archived and restored, a budget used up', async () => {
+    const ws = await newWorkspace()
+    reports('priced-up', 100, 200) // 0.5 a call
+    const dev = await addMember(ws, `cached-dev-${seq}`, 'developer')
+    const other = await addMember(ws, `cached-other-${seq}`, 'developer')
+    for (let i = 0; i < 2; i++) expect((await chat(ws, 'priced', {}, dev)).status).toBe(200)
+    expect((await h.call('DELETE', `/v1/workspaces/${ws}/members/cached-dev-${seq}`, { key: owner })).status).toBe(200)
+    expect((await chat(ws, 'priced', {}, dev)).status).toBe(404)
+    expect((await chat(ws, 'priced', {}, other)).status).toBe(200)
+    expect((await h.call('PATCH', `/v1/workspaces/${ws}/members/cached-other-${seq}`, { key: owner, body: { role: 'readonly' } })).status).toBe(200)
+    expect((await chat(ws, 'priced', {}, other)).status).toBe(403)
+    expect((await chat(ws)).status).toBe(200)
+    expect((await h.call('POST', `/v1/workspaces/${ws}/archive`, { key: owner })).status).toBe(200)
+    const archived = await chat(ws)
+    expect(archived.status).toBeGreaterThanOrEqual(400)
+    expect((await h.call('POST', `/v1/workspaces/${ws}/restore`, { key: owner })).status).toBe(200)
+    expect((await chat(ws)).status).toBe(200)
+    // 2 + 1 + 1 + 1 calls of 0.5 so far: a hard limit of 3 allows one more call, then refuses.
+    expect((await putBudget(ws, budget(3, [], true))).status).toBe(200)
+    expect((await chat(ws)).status).toBe(200)
+    expect((await chat(ws)).status).toBe(402)
   })
 })
 

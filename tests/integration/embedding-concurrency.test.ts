@@ -123,6 +123,7 @@ describe('the batches of one call', () => {
     expectVectorsOf(inputs, res.vectors)
     expect(res.tokens).toBe(words(inputs))
     // One call, one charge.
+    await h.deps.models.charges.flush()
     const ledger = await h.deps.db.sql<{ tokens_in: number }[]>`select tokens_in from credit_ledger where model = 'order'`
     expect(ledger.map((r) => r.tokens_in)).toEqual([words(inputs)])
   })
@@ -174,6 +175,7 @@ describe('retries', () => {
     expectVectorsOf(inputs, res.vectors)
     expect(sent('srv')).toHaveLength(3 + 2)
     expect(sent('srv').slice(0, 2).map((r) => (r.step as { status: number }).status)).toEqual([503, 500])
+    await h.deps.models.charges.flush()
     const ledger = await h.deps.db.sql<{ tokens_in: number }[]>`select tokens_in from credit_ledger where model = 'srv'`
     expect(ledger.map((r) => r.tokens_in)).toEqual([words(inputs)])
   })
@@ -186,6 +188,7 @@ describe('retries', () => {
     const res = await h.call('POST', '/v1/models/embeddings', { key: owner, body: { model: 'down', input: ['x'], workspace_id: ws } })
     expect(res.status).toBe(502)
     expect(res.body.error.code).toBe('upstream_error')
+    await h.deps.models.charges.flush()
     expect(await h.deps.db.sql`select 1 from credit_ledger where model = 'down'`).toHaveLength(0)
   })
 

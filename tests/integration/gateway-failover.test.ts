@@ -107,6 +107,7 @@ async function failovers(model: string) {
 }
 
 async function ledger(model: string) {
+  await h.deps.models.charges.flush()
   return h.deps.db.sql<{ tokens_in: number; tokens_out: number; credits: string; request_id: string | null }[]>`
     select tokens_in, tokens_out, credits::text as credits, request_id from credit_ledger where model = ${model} order by created_at, id`
 }

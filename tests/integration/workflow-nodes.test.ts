@@ -220,6 +220,7 @@ describe('llm', () => {
     const credits = Math.round(((out.usage.tokens_in * PRICING.input_per_1k + out.usage.tokens_out * PRICING.output_per_1k) / 1000) * 1e6) / 1e6
     expect(out.usage.credits).toBe(credits)
     expect(res.usage).toEqual(out.usage)
+    await h.deps.models.charges.flush()
     const [row] = await h.deps.db.sql<{ credits: string }[]>`select credits::text as credits from credit_ledger where request_id = ${run.ctx.call.requestId}`
     expect(Number(row!.credits)).toBe(credits)
   })

@@ -41,6 +41,7 @@ test('an empty environment gives the defaults of docs/deployment.md', () => {
     shutdownTimeoutMs: 10_000,
     sseHeartbeatMs: 15_000,
     dataDirLockWaitMs: 30_000,
+    creditsFlushMs: 10,
     exitWithLauncher: false,
     logLevel: 'info',
     tracing: null,

@@ -94,7 +94,7 @@ export async function prepareTurn(deps: Deps, caller: Caller, agentId: string, i
     chatflowInputs = await checkChatflowInputs(deps, agent, input)
   }
   else deps.models.model(agent.model, 'llm')
-  await checkBudget(sql, agent.workspace_id)
+  await checkBudget(sql, agent.workspace_id, deps.models.charges)
 
   let existing: store.ConversationRow | null = null
   if (input.conversation_id !== undefined) {

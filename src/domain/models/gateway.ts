@@ -4,7 +4,9 @@ import { countChatTokens, countTokens } from '../../lib/tokens'
 import type { Pool } from '../../store/db'
 import type { Charge } from '../../store/credits'
 import { emit } from '../../store/events'
-import { charge, checkBudget, price } from '../credits'
+import { checkBudget, price } from '../credits'
+import type { ChargeOutbox } from '../charge-outbox'
+import type { AccessCache } from '../access-cache'
 import type { Catalog, ModelSpec, ModelType } from './catalog'
 import { CircuitBreaker } from './circuit-breaker'
 import { embedBatches } from './embed-batches'
@@ -41,8 +43,18 @@ export class Gateway {
   readonly breaker = new CircuitBreaker()
 
   constructor(
-    private readonly d: { sql: Pool; log: Logger; catalog: Catalog; providers: Map<string, Provider>; nudgeEvents: () => void },
+    private readonly d: { sql: Pool; log: Logger; catalog: Catalog; providers: Map<string, Provider>; nudgeEvents: () => void; charges: ChargeOutbox; access: AccessCache },
   ) {}
+
+  /** The write-behind every call outside an agent's transaction is charged through (charge-outbox.ts). */
+  get charges(): ChargeOutbox {
+    return this.d.charges
+  }
+
+  /** The answers of the check before a call, kept while nothing they depend on changes (access-cache.ts). */
+  get access(): AccessCache {
+    return this.d.access
+  }
 
   /** The model `id` of `type`; unknown → 404, another type → 400. */
   model(id: string, type: ModelType): ModelSpec {
@@ -59,7 +71,7 @@ export class Gateway {
   async chat(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal): Promise<ChatCompletion & { credits: number }> {
     const span = tracingOn ? callSpan('chat', ctx, model, chatAttributes(req)) : null
     try {
-      if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
+      if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId, this.d.charges)
       const call = () => this.failover(ctx, model, signal, (provider, route) => provider.chat({ ...req, model: route.model }, signal), span)
       const completion = await (span ? runIn(contextWith(span), call) : call())
       const credits = await this.charge(ctx, model, 'chat', completion.usage.prompt_tokens, completion.usage.completion_tokens)
@@ -120,7 +132,7 @@ export class Gateway {
   }
 
   private async *stream(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal, span: Span | null): AsyncGenerator<Relayed[]> {
-    if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
+    if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId, this.d.charges)
     let first: IteratorResult<RawChunk[]> | null = null
     const call = () => this.failover(ctx, model, signal, async (provider, route) => {
       const r = { ...req, model: route.model }
@@ -191,7 +203,7 @@ export class Gateway {
   }
 
   private async embedding(ctx: CallContext, model: ModelSpec, inputs: string[], signal: AbortSignal, span: Span | null): Promise<{ vectors: number[][]; tokens: number; credits: number }> {
-    if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
+    if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId, this.d.charges)
     const result = await this.failover(ctx, model, signal, (provider, route) =>
       // Batches of the provider's max_batch, through its limiter, retried, in input order (embed-batches.ts).
       embedBatches(provider, route.model, inputs, signal, ctx.background === true, (r) => {
@@ -234,7 +246,7 @@ export class Gateway {
   async rerank(ctx: CallContext, model: ModelSpec, query: string, documents: string[], topN: number | undefined, signal: AbortSignal) {
     const span = tracingOn ? callSpan('rerank', ctx, model, { 'gen_ai.rerank.document_count': documents.length, ...(captureContent ? { 'gen_ai.input.messages': capped(query) } : {}) }) : null
     try {
-      if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
+      if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId, this.d.charges)
       const call = () => this.failover(ctx, model, signal, (provider, route) => provider.rerank(route.model, query, documents, topN, signal), span)
       const result = await (span ? runIn(contextWith(span), call) : call())
       const credits = await this.charge(ctx, model, 'rerank', result.tokens, 0)
@@ -302,11 +314,9 @@ export class Gateway {
   private async charge(ctx: CallContext, model: ModelSpec, kind: 'chat' | 'embedding' | 'rerank', tokensIn: number, tokensOut: number): Promise<number> {
     const credits = price(model, tokensIn, tokensOut)
     const c = { workspace_id: ctx.workspaceId, model: model.id, kind, tokens_in: tokensIn, tokens_out: tokensOut, credits, request_id: ctx.requestId }
-    if (ctx.deferredCharges) {
-      ctx.deferredCharges.push(c)
-      return credits
-    }
-    await charge(this.d.sql, c)
+    if (ctx.deferredCharges) ctx.deferredCharges.push(c)
+    // Journaled before the answer leaves, written to the ledger with other calls' charges a few ms later.
+    else this.d.charges.add(c)
     return credits
   }
 }
