@@ -231,7 +231,7 @@ export class Gateway {
   async embeddedLocally(ctx: CallContext, model: ModelSpec, inputs: number, tokens: number): Promise<number> {
     const span = tracingOn ? callSpan('embeddings', ctx, model, { 'gen_ai.embeddings.input_count': inputs, 'gen_ai.provider.name': 'local' }) : null
     try {
-      if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId)
+      if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId, this.d.charges)
       const credits = await this.charge(ctx, model, 'embedding', tokens, 0)
       span?.setAttributes({ 'gen_ai.usage.input_tokens': tokens, credits })
       return credits
