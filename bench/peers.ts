@@ -31,7 +31,7 @@
  * `x-portkey-provider: openai` and `x-portkey-custom-host: <fake>/v1`. Where it cannot be installed or
  * started, the bench says why and goes on with our figures and direct's.
  *
- * Environment: PEERS_ROUNDS (3), PEERS_SECONDS (2, per load run), PEERS_CONNECTIONS (1,8,32),
+ * Environment: PEERS_ROUNDS (3), PEERS_SECONDS (2, per load run), PEERS_CONNECTIONS (1,8,32; empty: no (a)),
  * PEERS_STREAMS (150 per target and shape), PEERS_WARMUP (3 s of load per target first), PEERS_BURST_TOKENS (20000), PEERS_BURST_RUNS (3), PEERS_PORTKEY=0 to
  * leave Portkey out, PEERS_PORTKEY_DIR, SERVER=1 for our service on Postgres and Redis (DATABASE_URL,
  * REDIS_URL from the environment, else the machine's local ones).
@@ -43,7 +43,7 @@ import { freePort, log, loadOf, machine, percentile, processCpuMs, randomBase62,
 
 const ROUNDS = Number(process.env.PEERS_ROUNDS ?? 3)
 const SECONDS = Number(process.env.PEERS_SECONDS ?? 2)
-const CONNECTIONS = (process.env.PEERS_CONNECTIONS ?? '1,8,32').split(',').map(Number)
+const CONNECTIONS = (process.env.PEERS_CONNECTIONS ?? '1,8,32').split(',').filter(Boolean).map(Number)
 const STREAMS = Number(process.env.PEERS_STREAMS ?? 150)
 const WARMUP = Number(process.env.PEERS_WARMUP ?? 3)
 const BURST_TOKENS = Number(process.env.PEERS_BURST_TOKENS ?? 20_000)

@@ -18,6 +18,16 @@ import { errorEvent, sseResponse, type SseEvent } from './plugins/sse'
 
 const tags = ['models']
 
+/** The SSE text of a batch of relayed chunks; the usage chunk (`choices: []`) only when asked for. */
+function rawOf(batch: Relayed[], model: string, includeUsage: boolean): string {
+  let raw = ''
+  for (const r of batch) {
+    if (r.chunk.choices.length === 0 && !includeUsage) continue
+    raw += `data: ${relayText(r, model)}\n\n`
+  }
+  return raw
+}
+
 type ChatInput = typeof ChatBody.static | typeof OpenAIChatBody.static
 
 /**
@@ -58,11 +68,7 @@ export function modelRoutes(deps: Deps) {
   async function* chunks(ctx: CallContext, model: string, source: AsyncIterable<Relayed[]>, includeUsage: boolean): AsyncGenerator<SseEvent> {
     try {
       for await (const batch of source) {
-        let raw = ''
-        for (const r of batch) {
-          if (r.chunk.choices.length === 0 && !includeUsage) continue
-          raw += `data: ${relayText(r, model)}\n\n`
-        }
+        const raw = rawOf(batch, model, includeUsage)
         if (raw) yield { raw }
       }
       yield { data: '[DONE]' }
@@ -88,14 +94,24 @@ export function modelRoutes(deps: Deps) {
       // The first chunk is awaited here, so that an error before any byte (unknown route, budget,
       // every route failed) is an ordinary JSON error answer, not a broken stream.
       const first = await stream.next()
-      const rest: AsyncIterable<Relayed[]> = {
-        async *[Symbol.asyncIterator]() {
-          if (!first.done) yield first.value
-          yield* { [Symbol.asyncIterator]: () => stream }
-        },
+      const includeUsage = body.stream_options?.include_usage ?? includeUsageDefault
+      // The first batch's text now: the answer's first write, with no generator step before it.
+      const head = first.done ? '' : rawOf(first.value, model.id, includeUsage)
+      const events = chunks(ctx, model.id, { [Symbol.asyncIterator]: () => stream }, includeUsage)
+      const rest: AsyncIterable<SseEvent> = {
+        [Symbol.asyncIterator]: () => ({
+          next: () => events.next(),
+          // A client gone before `events` took its first step: the gateway's stream is ended all the
+          // same (its `finally` charges what was produced); ending a generator that never started
+          // would not reach it.
+          return: async () => {
+            await stream.return(undefined as never)
+            return events.return(undefined)
+          },
+        }),
       }
       // Cast: Elysia types an async handler as a Promise of one answer type (a Response, or a declared body), not of their union.
-      return sseResponse(deps, request, set, route, chunks(ctx, model.id, rest, body.stream_options?.include_usage ?? includeUsageDefault), abort) as never
+      return sseResponse(deps, request, set, route, rest, abort, undefined, undefined, head ? { raw: head } : undefined) as never
     }
     const c = await gateway.chat(ctx, model, req, request.signal ?? new AbortController().signal)
     // The known fields only: upstreams add their own (system_fingerprint, usage details...).

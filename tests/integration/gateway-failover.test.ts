@@ -46,6 +46,7 @@ const LLMS: Record<string, Leg[]> = {
   sfo: ['p', 's'],
   sdrop: ['p', 's'],
   sabort: ['p', 's'],
+  sleave: ['p', 's'],
   direct: ['t'],
 }
 
@@ -388,6 +389,25 @@ describe('streams', () => {
     } finally {
       await server.stop(true)
     }
+  })
+
+  test('the client leaves as soon as the first chunk is read → what was produced is charged', async () => {
+    primary.script('sleave-p', [{ chunks: ['one ', 'two ', 'three ', 'four ', 'five'] }])
+    const res = await h.app.handle(new Request('http://localhost/v1/models/llm/chat', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sleave', messages: say(), workspace_id: ws, stream: true }),
+    }))
+    expect(res.status).toBe(200)
+    const reader = res.body!.getReader()
+    const first = await reader.read()
+    expect(new TextDecoder().decode(first.value)).toContain('"content":"one "')
+    // Gone before anything but the first write: the relay had not asked for more yet.
+    await reader.cancel()
+    const rows = await charged('sleave')
+    expect(rows).toHaveLength(1)
+    expect(rows[0]!.tokens_in).toBeGreaterThan(0)
+    expect(rows[0]!.tokens_out).toBeGreaterThan(0)
   })
 })
 

@@ -1,6 +1,6 @@
 import { describe, expect, test } from 'bun:test'
 import { relayText } from '../../src/domain/models/gateway'
-import { contentChunk } from '../../src/domain/models/providers/openai'
+import { contentChunk, ContentChunks } from '../../src/domain/models/providers/openai'
 import { DataSplitter } from '../../src/domain/models/providers/upstream'
 
 /**
@@ -37,6 +37,46 @@ describe('contentChunk', () => {
       { ...base, choices: choice({}), x_vendor: { usage: null } },
     ]) expect(contentChunk(JSON.stringify(chunk))).toBeNull()
     expect(contentChunk(JSON.stringify({ ...base, choices: choice({}) }, null, 1))).toBeNull()
+  })
+})
+
+describe('ContentChunks', () => {
+  test('the events of one stream read as parsing reads them, whatever changes from one to the next', () => {
+    const event = (content: string, over: object = {}, delta: object = {}) =>
+      JSON.stringify({ ...base, choices: [{ index: 0, delta: { ...delta, content }, logprobs: null, finish_reason: null }], usage: null, ...over })
+    const texts = [
+      event('', {}, { role: 'assistant' }),
+      event(' t1'),
+      event(' t2'),
+      event(' a "quote"'),
+      event(' back \\ slash'),
+      event('"},"logprobs":null,"finish_reason":null}],"usage":null}'),
+      event(' t3'),
+      event(''),
+      event(' other id', { id: 'chatcmpl-2' }),
+      event(' other model', { model: 'other' }),
+      event(' no usage', { usage: undefined }),
+      event(' é 🎉'),
+      event(' role again', {}, { role: 'assistant' }),
+      event(' t4', { created: 18 }),
+      JSON.stringify({ ...base, choices: [{ index: 0, delta: { content: 'x' }, logprobs: null, finish_reason: 'stop' }], usage: null }),
+      event(' t5'),
+      `${event(' t6')} `,
+      event(' t7'),
+    ]
+    const reader = new ContentChunks()
+    for (const text of texts) {
+      const c = reader.read(text)
+      const alone = contentChunk(text)
+      expect(c).toEqual(alone)
+      if (c) {
+        const parsed = JSON.parse(text)
+        expect([c.id, c.created, c.model, c.choices[0]!.delta.content, c.choices[0]!.delta.role]).toEqual([parsed.id, parsed.created, parsed.model, parsed.choices[0].delta.content, parsed.choices[0].delta.role])
+        expect('usage' in c).toBe('usage' in parsed)
+      }
+    }
+    // The finish and the trailing space are not content chunks; everything else is.
+    expect(texts.filter((t) => reader.read(t) === null)).toHaveLength(2)
   })
 })
 

@@ -42,6 +42,8 @@ export function sseResponse(
    * `ok()` says it failed; a stream whose client left is not stored.
    */
   replay?: { ok: () => boolean },
+  /** An event already produced (a relay's first chunks): the body's first write, ahead of `events`. */
+  head?: SseEvent,
 ): Response {
   const state = stateOf(request)
   // Recorded at once: the side effect (a run) exists now, however long the stream lasts.
@@ -50,6 +52,10 @@ export function sseResponse(
   }
   // A streamed write (a run triggered with Accept: text/event-stream) is in the audit trail too.
   void recordAudit(deps, state, 200, idempotent?.body)
+  // The answer's headers: moved into the Response below (left in `set`, they would make Elysia wrap
+  // the Response in a second one around the same body).
+  const own = set.headers as Record<string, string>
+  set.headers = {}
   const iterator = events[Symbol.asyncIterator]()
   const onAbort = () => abort.abort()
   request.signal?.addEventListener('abort', onAbort, { once: true })
@@ -60,6 +66,8 @@ export function sseResponse(
   // (a run waiting in a `wait` node sends nothing for minutes): a comment goes out whenever nothing
   // did for a whole interval. Not part of a replay.
   let quiet = true
+  /** true until the first event is enqueued, false until the turn after it, then null. */
+  let first: boolean | null = true
   let heartbeat: ReturnType<typeof setInterval> | undefined
   const end = (complete = false) => {
     if (ended) return
@@ -70,12 +78,19 @@ export function sseResponse(
     deps.metrics.observe(request.method, route, 200, seconds)
     deps.access({ request_id: state.id, method: request.method, path: state.path, route, status: 200, ms: Math.round(seconds * 10000) / 10 })
     if (state.idem && sent !== null && complete && replay!.ok()) {
-      completeIdempotency(deps.redis, state, 200, sent, { ...(set.headers as Record<string, string>), 'content-type': 'text/event-stream; charset=utf-8' }, deps.log).catch(() => {})
+      completeIdempotency(deps.redis, state, 200, sent, { ...own, 'content-type': 'text/event-stream; charset=utf-8' }, deps.log).catch(() => {})
     } else if (state.idem) {
       const key = state.idem.key
       state.idem = undefined
       deps.redis.del(key).catch(() => {})
     }
+  }
+  const put = (controller: ReadableStreamDefaultController<Uint8Array>, value: SseEvent) => {
+    const text = 'raw' in value ? value.raw : `${value.id ? `id: ${value.id}\n` : ''}${value.event ? `event: ${value.event}\n` : ''}data: ${value.data}\n\n`
+    if (sent !== null) sent += text
+    quiet = false
+    controller.enqueue(encoder.encode(text))
+    first &&= false
   }
   const body = new ReadableStream<Uint8Array>({
     start(controller) {
@@ -92,16 +107,28 @@ export function sseResponse(
     },
     async pull(controller) {
       try {
+        if (head) {
+          // Enqueued by the first pull, not by start(): a stream that holds data before Bun first
+          // reads it has its headers written later (~0.3 ms, measured).
+          const h = head
+          head = undefined
+          return put(controller, h)
+        }
+        // Bun writes what was enqueued only when the event loop turns: a producer whose next events
+        // are ready at once (an upstream read holding the whole answer) would hold the first one back
+        // until all of them were produced. One turn of the loop (a timer: setImmediate is not enough)
+        // after the first event sends it on its own.
+        if (first === false) {
+          first = null
+          await Bun.sleep(0)
+        }
         const { value, done } = await iterator.next()
         if (done) {
           end(true)
           controller.close()
           return
         }
-        const text = 'raw' in value ? value.raw : `${value.id ? `id: ${value.id}\n` : ''}${value.event ? `event: ${value.event}\n` : ''}data: ${value.data}\n\n`
-        if (sent !== null) sent += text
-        quiet = false
-        controller.enqueue(encoder.encode(text))
+        put(controller, value)
       } catch (err) {
         end()
         controller.error(err)
@@ -113,7 +140,7 @@ export function sseResponse(
       await iterator.return?.(undefined)
     },
   })
-  const headers = new Headers(set.headers as Record<string, string>)
+  const headers = new Headers(own)
   headers.set('content-type', 'text/event-stream; charset=utf-8')
   headers.set('cache-control', 'no-cache')
   headers.set('x-accel-buffering', 'no')
