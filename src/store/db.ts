@@ -2,6 +2,7 @@ import { cpSync, existsSync, mkdirSync, renameSync, rmSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import postgres from 'postgres'
 import { lockDataDir } from './data-dir-lock'
+import { SEARCH_SESSION } from './knowledge/search'
 
 export { DataDirLockedError } from './data-dir-lock'
 
@@ -13,6 +14,13 @@ export type Pool = postgres.Sql
 
 export interface Database {
   sql: postgres.Sql
+  /**
+   * Server mode: the knowledge search's own pool, whose connections start with the search's planner
+   * and HNSW settings (knowledge/search.ts, SEARCH_SESSION), so that a search is its one statement, one round
+   * trip, instead of a transaction that sets them first. Null on the embedded database: one session,
+   * so each search sets them for its own transaction.
+   */
+  search: postgres.Sql | null
   kind: 'pglite' | 'postgres'
   /** Where it is, for the start-up log (never a password). */
   describe: string
@@ -31,15 +39,22 @@ const common = {
   connection: { application_name: 'agent-platform-api' },
 } as const
 
-/** Server mode: PostgreSQL 15+ with pgvector, through a real pool. */
+/**
+ * Server mode: PostgreSQL 15+ with pgvector, through a real pool of `max` connections, and the
+ * search's pool beside it (half as many, at least 2; opened as searches come).
+ */
 export function openPostgres(url: string, max: number): Database {
   const sql = postgres(url, { ...common, max, idle_timeout: 30, connect_timeout: 10 })
+  const search = postgres(url, { ...common, max: Math.max(2, Math.ceil(max / 2)), idle_timeout: 30, connect_timeout: 10, connection: { ...common.connection, ...SEARCH_SESSION } })
   const u = new URL(url)
   return {
     sql,
+    search,
     kind: 'postgres',
     describe: `postgres ${u.hostname}:${u.port || 5432}${u.pathname}`,
-    close: () => sql.end({ timeout: 5 }),
+    close: async () => {
+      await Promise.all([sql.end({ timeout: 5 }), search.end({ timeout: 5 })])
+    },
   }
 }
 
@@ -107,6 +122,7 @@ export async function openEmbedded(opts: EmbeddedOptions): Promise<Database> {
     const sql = postgres({ ...common, host, port: Number(port), username: 'postgres', database: 'postgres', max: 1 })
     return {
       sql,
+      search: null,
       kind: 'pglite',
       startedFrom,
       templateFailure,

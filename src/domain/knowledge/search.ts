@@ -81,7 +81,7 @@ export async function searchBase(deps: Deps, kb: store.KnowledgeBaseRow, input: 
   const directionless = vector.every((x) => x === 0)
   // Hybrid: each list a little deeper than asked, fused by rank.
   const limit = kb.retrieval_mode === 'hybrid' ? Math.min(MAX_TOP_K, Math.max(pool * 2, 20)) : pool
-  const lists = await store.searchChunks(deps.db.sql, {
+  const lists = await store.searchChunks(deps.db, {
     kbId: kb.id,
     dims: kb.dimensions,
     vector: directionless ? null : `[${vector.join(',')}]`,
