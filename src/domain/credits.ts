@@ -42,6 +42,11 @@ export async function checkAccessAndBudget(sql: Pool, caller: Caller, workspaceI
   exceeded(workspaceId, budget)
 }
 
+/** A hard-limit budget read beside something else (a search's one read): 402 when it is used up. */
+export function checkBudgetRow(workspaceId: string, budget: { used: string; credits: string; period: string; hard_limit: boolean } | null): void {
+  if (budget?.hard_limit) exceeded(workspaceId, budget)
+}
+
 function exceeded(workspaceId: string, budget: { used: string; credits: string; period: string }): void {
   const used = Number(budget.used)
   if (used >= Number(budget.credits)) {
