@@ -1,6 +1,7 @@
 import { cpSync, existsSync, mkdirSync, renameSync, rmSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import postgres from 'postgres'
+import { searchPoolDefault } from '../config'
 import { lockDataDir } from './data-dir-lock'
 import { SEARCH_SESSION } from './knowledge/search'
 
@@ -41,11 +42,12 @@ const common = {
 
 /**
  * Server mode: PostgreSQL 15+ with pgvector, through a real pool of `max` connections, and the
- * search's pool beside it (half as many, at least 2; opened as searches come).
+ * search's pool of `searchMax` beside it (opened as searches come). `searchMax` 0: no search pool,
+ * for a pooler in transaction mode (PgBouncer), which neither passes nor keeps session settings.
  */
-export function openPostgres(url: string, max: number): Database {
+export function openPostgres(url: string, max: number, searchMax = searchPoolDefault(max)): Database {
   const sql = postgres(url, { ...common, max, idle_timeout: 30, connect_timeout: 10 })
-  const search = postgres(url, { ...common, max: Math.max(2, Math.ceil(max / 2)), idle_timeout: 30, connect_timeout: 10, connection: { ...common.connection, ...SEARCH_SESSION } })
+  const search = searchMax > 0 ? postgres(url, { ...common, max: searchMax, idle_timeout: 30, connect_timeout: 10, connection: { ...common.connection, ...SEARCH_SESSION } }) : null
   const u = new URL(url)
   return {
     sql,
@@ -53,7 +55,7 @@ export function openPostgres(url: string, max: number): Database {
     kind: 'postgres',
     describe: `postgres ${u.hostname}:${u.port || 5432}${u.pathname}`,
     close: async () => {
-      await Promise.all([sql.end({ timeout: 5 }), search.end({ timeout: 5 })])
+      await Promise.all([sql.end({ timeout: 5 }), search?.end({ timeout: 5 })])
     },
   }
 }
