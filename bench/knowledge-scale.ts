@@ -413,7 +413,7 @@ async function searchCeiling(db: Database, kbId: string, filters: Record<string,
       while (performance.now() < until) {
         const k = n++ % QUERIES.length
         const began = performance.now()
-        const hits = await adapter.hybridSearch(db.sql, { kbId, vector: vectors[k]!, text: QUERIES[k]!, filters, topK: TOP_K })
+        const hits = await adapter.hybridSearch(db, { kbId, vector: vectors[k]!, text: QUERIES[k]!, filters, topK: TOP_K })
         if (hits.length !== TOP_K) throw new Error(`direct search found ${hits.length}`)
         latencies.push(performance.now() - began)
       }
@@ -454,7 +454,7 @@ async function recall(db: Database, kbId: string, queries: string[], builds: num
       let total = 0
       const answers = truth.get(s.name)!
       for (const [i, q] of queries.entries()) {
-        const got = await adapter.vectorTop(db.sql, kbId, q, s.filters, TOP_K)
+        const got = await adapter.vectorTop(db, kbId, q, s.filters, TOP_K)
         found += got.filter((id) => answers[i]!.has(id)).length
         total += answers[i]!.size
       }

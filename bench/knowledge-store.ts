@@ -10,7 +10,7 @@ import { DOCUMENT_MACHINE_VERSION, documentMachine, type DocumentContext } from 
 import { start, type Persisted } from '../src/machines/runner'
 import type { Pool, Sql } from '../src/store/db'
 import * as store from '../src/store/knowledge'
-import { searchChunks } from '../src/store/knowledge/search'
+import { searchChunks, type SearchPools } from '../src/store/knowledge/search'
 import * as vectorIndex from '../src/store/knowledge/vector-index'
 import { DIMS } from './corpus'
 
@@ -65,14 +65,14 @@ export async function loadDocument(sql: Sql, kb: { id: string; workspace_id: str
 }
 
 /** A hybrid search as the service runs it for top_k: both lists 2 × top_k deep (at least 20), fused. */
-export async function hybridSearch(sql: Pool, q: { kbId: string; vector: string; text: string; filters: Record<string, unknown>; topK: number }) {
-  const lists = await searchChunks(sql, { kbId: q.kbId, dims: DIMS, vector: q.vector, text: q.text, filters: q.filters, limit: Math.max(q.topK * 2, 20), mode: 'hybrid' })
+export async function hybridSearch(db: SearchPools, q: { kbId: string; vector: string; text: string; filters: Record<string, unknown>; topK: number }) {
+  const lists = await searchChunks(db, { kbId: q.kbId, dims: DIMS, vector: q.vector, text: q.text, filters: q.filters, limit: Math.max(q.topK * 2, 20), mode: 'hybrid' })
   return fuse([lists.vector, lists.fulltext]).slice(0, q.topK)
 }
 
 /** The ids of the store's vector search (the service's statement: the graph walk, or exact below its threshold). */
-export async function vectorTop(sql: Pool, kbId: string, vector: string, filters: Record<string, unknown>, k: number): Promise<string[]> {
-  const lists = await searchChunks(sql, { kbId, dims: DIMS, vector, text: null, filters, limit: k, mode: 'vector' })
+export async function vectorTop(db: SearchPools, kbId: string, vector: string, filters: Record<string, unknown>, k: number): Promise<string[]> {
+  const lists = await searchChunks(db, { kbId, dims: DIMS, vector, text: null, filters, limit: k, mode: 'vector' })
   return lists.vector.map((h) => h.chunk_id)
 }
 

@@ -20,6 +20,7 @@ const Env = Type.Object({
   DATA_DIR: Type.Optional(Type.String({ minLength: 1 })),
   DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
   DATABASE_POOL_MAX: Type.Optional(Int()),
+  DATABASE_SEARCH_POOL_MAX: Type.Optional(Int()),
   REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://' })),
   BOOTSTRAP_API_KEY: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{20,128}$' })),
   SECRET_KEY: Type.Optional(Type.String({ minLength: 32 })),
@@ -90,6 +91,8 @@ export interface Config {
   dataDir: string
   databaseUrl: string | null
   databasePoolMax: number
+  /** Knowledge search's own pool (store/db.ts, `Database.search`); 0: none (searches set their settings in a transaction). */
+  databaseSearchPoolMax: number
   redisUrl: string | null
   bootstrapApiKey: string | null
   secretKey: string | null
@@ -159,6 +162,9 @@ export class ConfigError extends Error {
 /** Variables whose values are credentials: a bad one is named, never shown. */
 const SECRETS = new Set(['OTEL_EXPORTER_OTLP_HEADERS', 'S3_SECRET_ACCESS_KEY', 'AWS_SECRET_ACCESS_KEY', 'S3_SESSION_TOKEN', 'AWS_SESSION_TOKEN'])
 
+/** The search pool's default size: half the main pool's, at least 2 (store/db.ts). */
+export const searchPoolDefault = (poolMax: number) => Math.max(2, Math.ceil(poolMax / 2))
+
 export function loadConfig(source: Record<string, string | undefined> = process.env): Config {
   const raw: Record<string, string> = {}
   for (const key of Object.keys(Env.properties)) {
@@ -191,6 +197,7 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     dataDir: env.DATA_DIR ?? './data',
     databaseUrl: env.DATABASE_URL ?? null,
     databasePoolMax: int('DATABASE_POOL_MAX', 10, 1, 1000),
+    databaseSearchPoolMax: int('DATABASE_SEARCH_POOL_MAX', searchPoolDefault(int('DATABASE_POOL_MAX', 10, 1, 1000)), 0, 1000),
     redisUrl: env.REDIS_URL ?? null,
     bootstrapApiKey: env.BOOTSTRAP_API_KEY ?? null,
     secretKey: env.SECRET_KEY ?? null,

@@ -51,6 +51,11 @@ export async function checkAccessAndBudget(sql: Pool, caller: Caller, workspaceI
   exceeded(workspaceId, budget, held.pending(workspaceId, now))
 }
 
+/** A hard-limit budget read beside something else (a search's one read): 402 when it is used up, this process' held charges counted. */
+export function checkBudgetRow(workspaceId: string, budget: { used: string; credits: string; period: string; hard_limit: boolean } | null, held: PendingCredits, now = new Date()): void {
+  if (budget?.hard_limit) exceeded(workspaceId, budget, held.pending(workspaceId, now))
+}
+
 function exceeded(workspaceId: string, budget: { used: string; credits: string; period: string }, pending: number): void {
   const used = round6(Number(budget.used) + pending)
   if (used >= Number(budget.credits)) {

@@ -1,7 +1,9 @@
 import { cpSync, existsSync, mkdirSync, renameSync, rmSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import postgres from 'postgres'
+import { searchPoolDefault } from '../config'
 import { lockDataDir } from './data-dir-lock'
+import { SEARCH_SESSION } from './knowledge/search'
 
 export { DataDirLockedError } from './data-dir-lock'
 
@@ -13,6 +15,13 @@ export type Pool = postgres.Sql
 
 export interface Database {
   sql: postgres.Sql
+  /**
+   * Server mode: the knowledge search's own pool, whose connections start with the search's planner
+   * and HNSW settings (knowledge/search.ts, SEARCH_SESSION), so that a search is its one statement, one round
+   * trip, instead of a transaction that sets them first. Null on the embedded database: one session,
+   * so each search sets them for its own transaction.
+   */
+  search: postgres.Sql | null
   kind: 'pglite' | 'postgres'
   /** Where it is, for the start-up log (never a password). */
   describe: string
@@ -31,15 +40,23 @@ const common = {
   connection: { application_name: 'agent-platform-api' },
 } as const
 
-/** Server mode: PostgreSQL 15+ with pgvector, through a real pool. */
-export function openPostgres(url: string, max: number): Database {
+/**
+ * Server mode: PostgreSQL 15+ with pgvector, through a real pool of `max` connections, and the
+ * search's pool of `searchMax` beside it (opened as searches come). `searchMax` 0: no search pool,
+ * for a pooler in transaction mode (PgBouncer), which neither passes nor keeps session settings.
+ */
+export function openPostgres(url: string, max: number, searchMax = searchPoolDefault(max)): Database {
   const sql = postgres(url, { ...common, max, idle_timeout: 30, connect_timeout: 10 })
+  const search = searchMax > 0 ? postgres(url, { ...common, max: searchMax, idle_timeout: 30, connect_timeout: 10, connection: { ...common.connection, ...SEARCH_SESSION } }) : null
   const u = new URL(url)
   return {
     sql,
+    search,
     kind: 'postgres',
     describe: `postgres ${u.hostname}:${u.port || 5432}${u.pathname}`,
-    close: () => sql.end({ timeout: 5 }),
+    close: async () => {
+      await Promise.all([sql.end({ timeout: 5 }), search?.end({ timeout: 5 })])
+    },
   }
 }
 
@@ -107,6 +124,7 @@ export async function openEmbedded(opts: EmbeddedOptions): Promise<Database> {
     const sql = postgres({ ...common, host, port: Number(port), username: 'postgres', database: 'postgres', max: 1 })
     return {
       sql,
+      search: null,
       kind: 'pglite',
       startedFrom,
       templateFailure,

@@ -62,35 +62,39 @@ async function explain(tx: Tx, string: string, params: unknown[] = [], analyze =
 
 /**
  * Runs the store's search and EXPLAIN ANALYZEs the very statement it sent (postgres.js hands every
- * statement and its parameters to the `debug` option), under the settings the store set for it (read
- * back in the same transaction): the plan checked is the store's own, whatever its SQL becomes.
+ * statement and its parameters to the `debug` option), under the settings it ran with (read back in
+ * the same transaction): the plan checked is the store's own, whatever its SQL becomes. In server
+ * mode the search runs on the search pool, whose connections start with its settings; on the
+ * embedded database, in a transaction that sets them first.
  */
 async function searched(q: store.SearchQuery) {
-  const sql = h.deps.db.sql
-  const options = sql.options as unknown as { debug: unknown }
+  const { db } = h.deps
+  const pool = db.search ?? db.sql
+  const options = pool.options as unknown as { debug: unknown }
   const before = options.debug
   const sent: { string: string; params: unknown[]; types: number[] }[] = []
   options.debug = (_connection: number, string: string, params: unknown[], types: number[]) => sent.push({ string, params, types })
   let rows: Awaited<ReturnType<typeof store.searchChunks>>
   try {
-    rows = await store.searchChunks(sql, q)
+    rows = await store.searchChunks(db, q)
   } finally {
     options.debug = before
   }
-  // The settings, then the search: the statement after them (other workers share the connection pool).
-  const at = sent.findIndex((s) => s.string.includes("set_config('hnsw.ef_search'"))
-  const setting = sent[at]
-  const statement = sent.slice(at + 1).find((s) => /^\s*with\b/.test(s.string) && !s.string.includes('picked as'))
-  expect(statement).toBeDefined()
-  return sql.begin(async (tx) => {
-    await tx.unsafe(setting!.string, setting!.params as never[])
+  // The search, and the settings sent just before it when there were any (other workers share the
+  // embedded database's one connection).
+  const at = sent.findIndex((s) => /^\s*with\b/.test(s.string) && !s.string.includes('picked as'))
+  expect(at).toBeGreaterThanOrEqual(0)
+  const statement = sent[at]!
+  const setting = sent[at - 1]?.string.includes('set_config(') ? sent[at - 1] : undefined
+  return pool.begin(async (tx) => {
+    if (setting) await tx.unsafe(setting.string, setting.params as never[])
     const [settings] = await tx<Record<string, unknown>[]>`select current_setting('hnsw.iterative_scan') as iterative, current_setting('hnsw.ef_search')::int as ef,
       current_setting('enable_seqscan') as seqscan, current_setting('enable_sort') as sort, current_setting('jit', true) as jit`
     // JSON parameters arrive here serialized already: sent as text, the statement's context types them.
-    const json = (i: number) => [114, 3802].includes(statement!.types[i]!) && typeof statement!.params[i] === 'string'
-    const params = statement!.params.map((p, i) => (json(i) ? JSON.parse(p as string) : statement!.types[i] ? tx.typed(p as never, statement!.types[i]!) : p))
-    if (process.env.SHOW_PLAN) console.log((await tx.unsafe(`explain analyze ${statement!.string}`, params as never[])).map((r) => r['QUERY PLAN']).join('\n').replace(/'\[[^\]]*\]'/g, "'[…]'"))
-    return { rows, settings: { ...settings!, jit: settings!.jit ?? 'off' }, executed: await explain(tx, statement!.string, params, true) }
+    const json = (i: number) => [114, 3802].includes(statement.types[i]!) && typeof statement.params[i] === 'string'
+    const params = statement.params.map((p, i) => (json(i) ? JSON.parse(p as string) : statement.types[i] ? tx.typed(p as never, statement.types[i]!) : p))
+    if (process.env.SHOW_PLAN) console.log((await tx.unsafe(`explain analyze ${statement.string}`, params as never[])).map((r) => r['QUERY PLAN']).join('\n').replace(/'\[[^\]]*\]'/g, "'[…]'"))
+    return { rows, sent: sent.map((s) => s.string.trim()), settings: { ...settings!, jit: settings!.jit ?? 'off' }, executed: await explain(tx, statement.string, params, true) }
   })
 }
 
@@ -175,8 +179,13 @@ describe('384 dimensions (local-embed)', () => {
   // The limits searches use: top_k 5 (the default), a hybrid list or a rerank pool (20), top_k 100.
   test.each([5, 20, 100])('a vector search (limit %d) of a base above EXACT_MAX walks chunks_hnsw_384_idx, with the settings the store sets', async (limit) => {
     const v = randomVector(384)
-    const { executed, rows, settings } = await searched({ ...search384(kb, v, limit), mode: 'vector' })
+    const { executed, rows, settings, sent } = await searched({ ...search384(kb, v, limit), mode: 'vector' })
     expect(settings as Record<string, unknown>).toEqual({ iterative: 'relaxed_order', ef: store.efSearchFor(limit), seqscan: 'off', sort: 'off', jit: 'off' })
+    // Server mode: the search pool's connections start with the settings, so a search whose list
+    // needs no longer candidate list than theirs is its one statement, without a transaction.
+    const transaction = sent.some((s) => /^begin\b/i.test(s) || s.includes('set_config('))
+    if (h.deps.db.search) expect(transaction).toBe(store.efSearchFor(limit) !== store.EF_SEARCH)
+    else expect(transaction).toBe(true)
     expect(executed.filter(touchesChunks)).toContain('Index Scan using chunks_hnsw_384_idx')
     expect(executed.filter(touchesChunks).filter((n) => n !== 'Index Scan using chunks_hnsw_384_idx' && !/chunks_kb_idx|chunks_unindexed/.test(n))).toEqual([])
     expect(rows.vector.length).toBe(limit)
@@ -203,7 +212,7 @@ describe('384 dimensions (local-embed)', () => {
     expect(rows.vector.map((r) => r.chunk_id).sort()).toEqual(RARE_IDS)
     // Exact: in distance order, whatever the limit.
     for (let i = 1; i < rows.vector.length; i++) expect(rows.vector[i]!.distance).toBeGreaterThanOrEqual(rows.vector[i - 1]!.distance)
-    const three = await store.searchChunks(sql, { ...search384(kb, v, 3, { tag: 'rare' }), mode: 'vector' })
+    const three = await store.searchChunks(h.deps.db, { ...search384(kb, v, 3, { tag: 'rare' }), mode: 'vector' })
     expect(three.vector.map((r) => r.chunk_id)).toEqual(rows.vector.slice(0, 3).map((r) => r.chunk_id))
   })
 

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { charge } from '../../src/domain/credits'
 import { startWorkers, type Workers } from '../../src/workers'
 import { keyFor, startHarness, workspaceOf, type Harness } from '../helpers/harness'
 import { chunksOf, createKb, settled, upload, uploadText } from '../helpers/knowledge'
@@ -150,6 +151,25 @@ describe('results', () => {
     }
     expect((await settled(h, owner, pending)).status).toBe('ready')
     expect((await search(kb, { query: 'quokka island', top_k: 10 })).map((r) => r.document_id).sort()).toEqual([readyId, pending].sort())
+  })
+
+  test('a workspace over its hard budget answers 402 budget_exceeded, and nothing is charged; an outsider still gets 404; without hard_limit it searches', async () => {
+    const spent = await workspaceOf(h, owner, 'Spent')
+    const kb = (await createKb(h, owner, { workspace_id: spent, name: 'Spent' })).id
+    expect((await h.call('PUT', `/v1/workspaces/${spent}/budget`, { key: owner, body: { credits: 1, period: 'month', thresholds: [], hard_limit: true } })).status).toBe(200)
+    await charge(h.deps.db.sql, { workspace_id: spent, model: 'local-chat', kind: 'chat', tokens_in: 1, tokens_out: 0, credits: 1, request_id: null })
+    const ledger = async () => (await h.deps.db.sql`select id from credit_ledger where workspace_id = ${spent}`).length
+    const refused = await h.call('POST', `/v1/knowledge-bases/${kb}/search`, { key: owner, body: { query: 'warranty claim' } })
+    expect(refused.status).toBe(402)
+    expect(refused.body.error.code).toBe('budget_exceeded')
+    expect(await ledger()).toBe(1)
+    const hidden = await h.call('POST', `/v1/knowledge-bases/${kb}/search`, { key: outsider, body: { query: 'warranty claim' } })
+    expect(hidden.status).toBe(404)
+    expect(hidden.body.error.message).toContain(`knowledge base ${kb}`)
+    expect((await h.call('PUT', `/v1/workspaces/${spent}/budget`, { key: owner, body: { credits: 1, period: 'month', thresholds: [], hard_limit: false } })).status).toBe(200)
+    expect(await search(kb, { query: 'warranty claim' })).toEqual([])
+    // The query's embedding is charged (0 credits for local-embed, one ledger row).
+    expect(await ledger()).toBe(2)
   })
 
   test('a readonly member searches too', async () => {

@@ -21,6 +21,7 @@ test('an empty environment gives the defaults of docs/deployment.md', () => {
     dataDir: './data',
     databaseUrl: null,
     databasePoolMax: 10,
+    databaseSearchPoolMax: 5,
     redisUrl: null,
     bootstrapApiKey: null,
     secretKey: null,
@@ -214,6 +215,7 @@ test.each([
   ['MAX_JSON_BYTES', { MAX_JSON_BYTES: '0' }],
   ['RATE_LIMIT_BURST', { RATE_LIMIT_BURST: '0' }],
   ['DATABASE_POOL_MAX', { DATABASE_POOL_MAX: '0' }],
+  ['DATABASE_SEARCH_POOL_MAX', { DATABASE_SEARCH_POOL_MAX: '-1' }],
   ['SYNC_RUN_TIMEOUT_MS', { SYNC_RUN_TIMEOUT_MS: '1s' }],
 ])('a bad %s stops with a ConfigError naming it: %j', (variable, env) => {
   const err = failure(env)

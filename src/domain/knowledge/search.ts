@@ -1,9 +1,11 @@
 import type { Deps } from '../../deps'
 import type { CallContext } from '../models/gateway'
-import { AppError, invalid } from '../../lib/errors'
+import { AppError, invalid, notFound } from '../../lib/errors'
 import * as store from '../../store/knowledge'
-import type { Caller } from '../access'
-import { loadKnowledgeBase } from './bases'
+import { authorize, type Caller } from '../access'
+import { checkBudgetRow } from '../credits'
+import { periodStart } from '../../store/credits'
+import type { WorkspaceAccessRow } from '../../store/workspaces'
 import { round6 } from '../../lib/usage'
 
 /** top_k 1..100, default 5 (docs/knowledge.md, "Search"). */
@@ -60,8 +62,18 @@ const similarity = (distance: number) => (Number.isFinite(distance) ? Math.min(1
  * the rerank score), so a client sorting by it keeps the order; `similarity` is the cosine beside it.
  */
 export async function searchKnowledgeBase(deps: Deps, caller: Caller, kbId: string, input: SearchInput, requestId: string, signal: AbortSignal): Promise<SearchResult[]> {
-  const kb = await loadKnowledgeBase(deps, caller, kbId, 'read')
-  return searchBase(deps, kb, input, { workspaceId: kb.workspace_id, requestId }, signal)
+  // The base, the caller's access and the workspace's budget in one read (as loadKnowledgeBase and
+  // the gateway's budget check would answer them, another workspace's base 404 included).
+  const found = await store.findKnowledgeBaseForSearch(deps.db.sql, kbId, caller.userId, periodStart(new Date()))
+  if (!found) throw notFound('knowledge base', kbId)
+  try {
+    authorize(caller, found.access as WorkspaceAccessRow, 'read', { id: found.kb.workspace_id })
+  } catch (err) {
+    if (err instanceof AppError && err.code === 'not_found') throw notFound('knowledge base', kbId)
+    throw err
+  }
+  checkBudgetRow(found.kb.workspace_id, found.budget, deps.models.charges)
+  return searchBase(deps, found.kb, input, { workspaceId: found.kb.workspace_id, requestId, budgetChecked: true }, signal)
 }
 
 export async function searchBase(deps: Deps, kb: store.KnowledgeBaseRow, input: SearchInput, call: CallContext, signal: AbortSignal): Promise<SearchResult[]> {
@@ -81,7 +93,7 @@ export async function searchBase(deps: Deps, kb: store.KnowledgeBaseRow, input: 
   const directionless = vector.every((x) => x === 0)
   // Hybrid: each list a little deeper than asked, fused by rank.
   const limit = kb.retrieval_mode === 'hybrid' ? Math.min(MAX_TOP_K, Math.max(pool * 2, 20)) : pool
-  const lists = await store.searchChunks(deps.db.sql, {
+  const lists = await store.searchChunks(deps.db, {
     kbId: kb.id,
     dims: kb.dimensions,
     vector: directionless ? null : `[${vector.join(',')}]`,

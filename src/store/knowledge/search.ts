@@ -65,8 +65,37 @@ export const efSearchFor = (limit: number) => Math.min(1000, Math.max(EF_SEARCH,
 const FULLTEXT_POOL = 100
 
 /**
- * One search of one base, both lists in one statement (one round trip with its settings, pipelined
- * in one transaction):
+ * The settings a search runs under. Sequential scans and sorts are priced out: every list has an
+ * index path, and the sorts that remain (ranking, the exact path's distance order, the merge) have
+ * no alternative, so they stay. Without that, a base without statistics (PGlite never analyzes) was
+ * answered with a scan of every chunk and a sort. The sorts' penalty makes the plan look expensive
+ * enough for PostgreSQL's JIT compiler, which then spent a second compiling a statement that runs in
+ * a millisecond: JIT is off. The plan is the prepared statement's generic one from the first
+ * execution on (planning it took ~1.5 ms of a ~3 ms search at 100 000 chunks): every choice that
+ * depends on the base's size is made at run time by the gates, not by the planner.
+ *
+ * In server mode these are the search pool's session settings, sent when each of its connections
+ * starts (`Database.search`), so a search is one statement and one round trip; `hnsw.ef_search` is
+ * set per search only when its list is longer than EF_SEARCH / 4. On the embedded database (one
+ * session shared with everything else) each search sets them for its own transaction.
+ */
+export const SEARCH_SESSION: Record<string, string> = {
+  'hnsw.ef_search': String(EF_SEARCH),
+  'hnsw.iterative_scan': 'relaxed_order',
+  enable_seqscan: 'off',
+  enable_sort: 'off',
+  jit: 'off',
+  plan_cache_mode: 'force_generic_plan',
+}
+
+/** Where a search runs: the pool, and in server mode the search's own pool (`Database.search`). */
+export interface SearchPools {
+  sql: Pool
+  search: Pool | null
+}
+
+/**
+ * One search of one base, both lists in one statement:
  *
  * - vector: the indexed part through the base's size's HNSW index (an iterative scan, so that
  *   filters are applied inside the walk), or exactly when the base, or what its filters leave of
@@ -76,32 +105,30 @@ const FULLTEXT_POOL = 100
  *   searched exactly. The two are merged by distance: a chunk ranks the same in either part.
  * - full text: the GIN index's candidates in both parts, ranked by ts_rank over "any of the query's
  *   words" (an AND of every word would find nothing for most questions), FULLTEXT_POOL of each kind.
- *
- * Sequential scans and sorts are priced out for the statement: every list has an index path, and
- * the sorts that remain (ranking, the exact path's distance order, the merge) have no alternative,
- * so they stay. Without that, a base without statistics (PGlite never analyzes) was answered with
- * a scan of every chunk and a sort. The sorts' penalty makes the plan look expensive enough for
- * PostgreSQL's JIT compiler, which then spent a second compiling a statement that runs in one
- * millisecond: JIT is off for the statement. Its plan is the prepared statement's generic one from
- * the first execution on (planning it took ~1.5 ms of a ~3 ms search at 100 000 chunks): every
- * choice that depends on the base's size is made at run time by the gates, not by the planner.
  */
-export async function searchChunks(sql: Pool, q: SearchQuery): Promise<{ vector: ChunkHit[]; fulltext: ChunkHit[] }> {
+export async function searchChunks(db: SearchPools, q: SearchQuery): Promise<{ vector: ChunkHit[]; fulltext: ChunkHit[] }> {
   const wantVector = q.mode !== 'fulltext' && q.vector !== null
   const wantText = q.mode !== 'vector' && q.text !== null && q.text.trim() !== ''
   if (!wantVector && !wantText) return { vector: [], fulltext: [] }
-  const rows = await sql.begin((tx) => [
-    tx`select set_config('hnsw.ef_search', ${String(efSearchFor(q.limit))}, true), set_config('hnsw.iterative_scan', 'relaxed_order', true),
-              set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true),
-              set_config('plan_cache_mode', 'force_generic_plan', true)`,
-    searchStatement(tx, q, wantVector, wantText),
-  ])
-  const hits = rows[1] as unknown as (ChunkHit & { list: 'v' | 't' })[]
+  const ef = efSearchFor(q.limit)
+  const pool = db.search
+  let rows: Row[]
+  if (pool && (ef === EF_SEARCH || !wantVector)) rows = await searchStatement(pool, q, wantVector, wantText)
+  else if (pool) rows = (await pool.begin((tx) => [tx`select set_config('hnsw.ef_search', ${String(ef)}, true)`, searchStatement(tx, q, wantVector, wantText)]))[1] as never
+  else {
+    const settings = Object.entries({ ...SEARCH_SESSION, 'hnsw.ef_search': String(ef) })
+    rows = (await db.sql.begin((tx) => [
+      tx`select ${settings.map(([name, value]) => tx`set_config(${name}, ${value}, true)`).reduce((a, b) => tx`${a}, ${b}`)}`,
+      searchStatement(tx, q, wantVector, wantText),
+    ]))[1] as never
+  }
   const vector: ChunkHit[] = []
   const fulltext: ChunkHit[] = []
-  for (const { list, ...hit } of hits) (list === 'v' ? vector : fulltext).push(hit)
+  for (const { list, ...hit } of rows) (list === 'v' ? vector : fulltext).push(hit)
   return { vector, fulltext }
 }
+
+type Row = ChunkHit & { list: 'v' | 't' }
 
 function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText: boolean) {
   const { type: vt, dims } = sizeOf(tx, q.dims)
@@ -196,7 +223,7 @@ function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText:
            case when t.dims = ${dims} and ${vec} is not null then t.embedding::${vt} <=> ${vec} else 'NaN'::float8 end as distance, t.rank
     from t`
   const select = wantVector && wantText ? tx`${vectorRows} union all ${textRows}` : wantVector ? vectorRows : textRows
-  return tx`
+  return tx<Row[]>`
     with ${parts.reduce((a, b) => tx`${a}, ${b}`)}
     select * from (${select}) r
     order by list desc, case when list = 'v' then distance end, rank desc, chunk_id`
