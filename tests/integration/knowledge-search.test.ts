@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { charge } from '../../src/domain/credits'
+import { chargeIn } from '../../src/domain/credits'
 import { startWorkers, type Workers } from '../../src/workers'
 import { keyFor, startHarness, workspaceOf, type Harness } from '../helpers/harness'
 import { chunksOf, createKb, settled, upload, uploadText } from '../helpers/knowledge'
@@ -157,8 +157,12 @@ describe('results', () => {
     const spent = await workspaceOf(h, owner, 'Spent')
     const kb = (await createKb(h, owner, { workspace_id: spent, name: 'Spent' })).id
     expect((await h.call('PUT', `/v1/workspaces/${spent}/budget`, { key: owner, body: { credits: 1, period: 'month', thresholds: [], hard_limit: true } })).status).toBe(200)
-    await charge(h.deps.db.sql, { workspace_id: spent, model: 'local-chat', kind: 'chat', tokens_in: 1, tokens_out: 0, credits: 1, request_id: null })
-    const ledger = async () => (await h.deps.db.sql`select id from credit_ledger where workspace_id = ${spent}`).length
+    await h.deps.db.sql.begin((tx) => chargeIn(tx, { workspace_id: spent, model: 'local-chat', kind: 'chat', tokens_in: 1, tokens_out: 0, credits: 1, request_id: null }))
+    // Charges are written behind the answer: the ones this process holds are flushed before counting.
+    const ledger = async () => {
+      await h.deps.models.charges.flush()
+      return (await h.deps.db.sql`select id from credit_ledger where workspace_id = ${spent}`).length
+    }
     const refused = await h.call('POST', `/v1/knowledge-bases/${kb}/search`, { key: owner, body: { query: 'warranty claim' } })
     expect(refused.status).toBe(402)
     expect(refused.body.error.code).toBe('budget_exceeded')
