@@ -6,6 +6,8 @@ import type { WorkspaceAccessRow } from '../store/workspaces'
 import type { ModelSpec } from './models/catalog'
 import { access } from './workspaces'
 import { round6 } from '../lib/usage'
+import { newId } from '../lib/ids'
+import { traceContext, tracingOn } from '../lib/tracing'
 import type { AccessCache } from './access-cache'
 
 /**
@@ -65,13 +67,15 @@ function exceeded(workspaceId: string, budget: { used: string; credits: string; 
 
 /**
  * Charges a call inside the caller's transaction (an agent's answer commits with the credits it
- * cost), in one statement (`store.addCharge`): the ledger row, the running total, and every threshold
- * it crosses, decided under the period row's lock, so each threshold's `credit.budget.threshold`
- * event is written once per period, committed with the charge. A model call outside such a
- * transaction is charged through the write-behind instead (charge-outbox.ts).
+ * cost), with the statement the write-behind's batches use (`store.addCharges`, a batch of one): the
+ * ledger row, the running total, and every threshold it crosses, decided under the period row's lock,
+ * so each threshold's `credit.budget.threshold` event is written once per period, committed with the
+ * charge. A model call outside such a transaction is charged through the write-behind instead
+ * (charge-outbox.ts).
  */
 export async function chargeIn(tx: Tx, c: store.Charge, now = new Date()): Promise<{ crossed: number[] }> {
-  return { crossed: (await store.addCharge(tx, c, now)).crossed }
+  const { fired } = await store.addCharges(tx, [{ ...c, id: newId('crd'), at: now.getTime() }], [tracingOn ? traceContext() : null])
+  return { crossed: fired[0]?.fired_now ?? [] }
 }
 
 export interface BudgetInput {

@@ -1,7 +1,7 @@
 import { newId } from '../lib/ids'
 import type { Sql, Tx } from './db'
 import { accessChanged } from './access-generation'
-import { traceJson, type TraceCarrier } from './trace-context'
+import type { TraceCarrier } from './trace-context'
 import type { Role } from './workspaces'
 
 export interface BudgetRow {
@@ -30,52 +30,6 @@ export function periodStart(at: Date): string {
 
 /** Most thresholds a budget has (the API's limit): one event id ready for each. */
 const MAX_THRESHOLDS = 20
-
-/**
- * A charge in one statement, so one round trip and, outside a transaction, one commit: the ledger
- * row; the period's running total (the upsert takes the period row's lock, so 50 charges landing at
- * once are applied one after another, none lost); the budget's thresholds that the new total reaches
- * and that have not fired in the period, decided under that lock and marked fired; and their
- * `credit.budget.threshold` events in the outbox. Returns the total after the charge and the
- * thresholds it fired.
- */
-export async function addCharge(sql: Sql, c: Charge, at: Date): Promise<{ after: number; crossed: number[] }> {
-  accessChanged()
-  const period = periodStart(at)
-  const ids = Array.from({ length: MAX_THRESHOLDS }, () => newId('evt'))
-  const [row] = await sql<{ used: string; fired_now: number[] }[]>`
-    with ledger as (
-      insert into credit_ledger (id, workspace_id, model, kind, tokens_in, tokens_out, credits, request_id)
-      values (${newId('crd')}, ${c.workspace_id}, ${c.model}, ${c.kind}, ${c.tokens_in}, ${c.tokens_out}, ${c.credits}, ${c.request_id})
-    ), total as (
-      insert into credit_periods as p (workspace_id, period_start, used, thresholds_fired, fired_now)
-      select ${c.workspace_id}, ${period}, v.credits, v.crossed, v.crossed
-      from (select ${c.credits}::numeric as credits) n, lateral (
-        select n.credits, array(
-          select t from workspace_budgets b, unnest(b.thresholds) t
-          where b.workspace_id = ${c.workspace_id} and n.credits >= t / 100.0 * b.credits order by t) as crossed
-      ) v
-      on conflict (workspace_id, period_start) do update set
-        used = p.used + excluded.used,
-        thresholds_fired = p.thresholds_fired || array(
-          select t from workspace_budgets b, unnest(b.thresholds) t
-          where b.workspace_id = p.workspace_id and t <> all (p.thresholds_fired) and p.used + excluded.used >= t / 100.0 * b.credits order by t),
-        fired_now = array(
-          select t from workspace_budgets b, unnest(b.thresholds) t
-          where b.workspace_id = p.workspace_id and t <> all (p.thresholds_fired) and p.used + excluded.used >= t / 100.0 * b.credits order by t)
-      returning used, fired_now
-    ), fired as (
-      insert into events (id, workspace_id, type, data, created_at, trace_context)
-      select (${ids}::text[])[f.n], ${c.workspace_id}, 'credit.budget.threshold', jsonb_build_object(
-          'workspace_id', ${c.workspace_id}::text, 'threshold_percent', f.t, 'used_credits', total.used::float8,
-          'budget_credits', b.credits::float8, 'period', b.period, 'period_start', ${period}::text),
-        clock_timestamp(), ${traceJson(sql)}::jsonb
-      from total cross join unnest(total.fired_now) with ordinality f(t, n)
-      join workspace_budgets b on b.workspace_id = ${c.workspace_id}
-    )
-    select total.used::text as used, total.fired_now from total`
-  return { after: Number(row!.used), crossed: row!.fired_now }
-}
 
 /** A charge as the write-behind keeps it (src/domain/charge-outbox.ts): its ledger id and its time are fixed when the call is answered. */
 export interface JournaledCharge extends Charge {
