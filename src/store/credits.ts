@@ -146,27 +146,55 @@ export async function budgetState(sql: Sql, workspaceId: string, at: Date): Prom
   return row ?? null
 }
 
+/** What deciding access needs of a workspace (`authorize`), and its budget with the period's credits used (null: none). */
+export interface AccessAndBudget {
+  access: { id: string; owner_id: string; status: 'active' | 'archived'; role: Role | null }
+  budget: (Pick<BudgetRow, 'credits' | 'period' | 'hard_limit'> & { used: string }) | null
+}
+
+/** The columns an access-and-budget read selects, from the workspace `w` and the joins of `accessBudgetJoins`. */
+export interface AccessBudgetColumns {
+  ws_owner_id: string
+  ws_status: 'active' | 'archived'
+  ws_role: Role | null
+  budget_credits: string | null
+  budget_period: 'month' | null
+  budget_hard_limit: boolean | null
+  budget_used: string
+}
+
+/**
+ * The select list and joins of an access-and-budget read, for a statement whose workspace is `w`:
+ * the caller's membership, the budget and the credits used in the period starting `period`
+ * (YYYY-MM-DD). Shared by the read before a model call and the one before a knowledge search.
+ */
+export const accessBudgetColumns = (sql: Sql) =>
+  sql`w.owner_id as ws_owner_id, w.status as ws_status, m.role as ws_role, b.credits::text as budget_credits,
+      b.period as budget_period, b.hard_limit as budget_hard_limit, coalesce(p.used, 0)::text as budget_used`
+export const accessBudgetJoins = (sql: Sql, userId: string, period: string) =>
+  sql`left join workspace_members m on m.workspace_id = w.id and m.user_id = ${userId}
+      left join workspace_budgets b on b.workspace_id = w.id
+      left join credit_periods p on p.workspace_id = w.id and p.period_start = ${period}`
+
+export function accessAndBudgetOf(workspaceId: string, row: AccessBudgetColumns): AccessAndBudget {
+  return {
+    access: { id: workspaceId, owner_id: row.ws_owner_id, status: row.ws_status, role: row.ws_role },
+    budget: row.budget_credits === null ? null : { credits: row.budget_credits, period: row.budget_period!, hard_limit: row.budget_hard_limit!, used: row.budget_used },
+  }
+}
+
 /**
  * The hot read before a model call, in one query: the workspace, the caller's role in it, and its
  * budget with the credits used in the period that `at` falls in (null budget: none). Only the
  * columns that deciding access needs (`authorize`); null when the workspace does not exist.
  */
-export async function accessAndBudget(sql: Sql, workspaceId: string, userId: string, at: Date): Promise<{
-  access: { id: string; owner_id: string; status: 'active' | 'archived'; role: Role | null }
-  budget: (Pick<BudgetRow, 'credits' | 'period' | 'hard_limit'> & { used: string }) | null
-} | null> {
-  const [row] = await sql<{ id: string; owner_id: string; status: 'active' | 'archived'; role: Role | null; credits: string | null; period: 'month' | null; hard_limit: boolean | null; used: string }[]>`
-    select w.id, w.owner_id, w.status, m.role, b.credits::text as credits, b.period, b.hard_limit, coalesce(p.used, 0)::text as used
+export async function accessAndBudget(sql: Sql, workspaceId: string, userId: string, at: Date): Promise<AccessAndBudget | null> {
+  const [row] = await sql<(AccessBudgetColumns & { id: string })[]>`
+    select w.id, ${accessBudgetColumns(sql)}
     from workspaces w
-    left join workspace_members m on m.workspace_id = w.id and m.user_id = ${userId}
-    left join workspace_budgets b on b.workspace_id = w.id
-    left join credit_periods p on p.workspace_id = w.id and p.period_start = ${periodStart(at)}
+    ${accessBudgetJoins(sql, userId, periodStart(at))}
     where w.id = ${workspaceId}`
-  if (!row) return null
-  return {
-    access: { id: row.id, owner_id: row.owner_id, status: row.status, role: row.role },
-    budget: row.credits === null ? null : { credits: row.credits, period: row.period!, hard_limit: row.hard_limit!, used: row.used },
-  }
+  return row ? accessAndBudgetOf(row.id, row) : null
 }
 
 export interface UsageRow {

@@ -1,7 +1,7 @@
 import type { ListQuery } from '../../lib/lists'
 import type { Pool, Sql, Tx } from '../db'
 import { inWorkspaces, listClauses, type WorkspaceScope } from '../lists'
-import type { Role } from '../workspaces'
+import { accessAndBudgetOf, accessBudgetColumns, accessBudgetJoins, type AccessAndBudget, type AccessBudgetColumns } from '../credits'
 
 /** Knowledge bases: their rows and the vector index of each embedding size. */
 export type RetrievalMode = 'vector' | 'hybrid' | 'fulltext'
@@ -38,33 +38,20 @@ export async function insertKnowledgeBase(sql: Sql, kb: Omit<KnowledgeBaseRow, '
 
 /**
  * A search's one read before it calls the embedding model: the base, the caller's access to its
- * workspace (the columns deciding access needs) and that workspace's budget with the credits used in
- * the period `period` (its first day, YYYY-MM-DD), as three reads would answer them. Null: no such base.
+ * workspace and that workspace's budget with the credits used in the period `period` (its first
+ * day, YYYY-MM-DD), as the base's read and the read before a model call would answer them. Null:
+ * no such base.
  */
-export async function findKnowledgeBaseForSearch(sql: Sql, id: string, userId: string, period: string): Promise<{
-  kb: KnowledgeBaseRow
-  access: { id: string; owner_id: string; status: 'active' | 'archived'; role: Role | null }
-  budget: { credits: string; period: 'month'; hard_limit: boolean; used: string } | null
-} | null> {
-  const [row] = await sql<(KnowledgeBaseRow & {
-    ws_owner_id: string; ws_status: 'active' | 'archived'; ws_role: Role | null
-    budget_credits: string | null; budget_period: 'month' | null; budget_hard_limit: boolean | null; budget_used: string
-  })[]>`
-    select k.*, w.owner_id as ws_owner_id, w.status as ws_status, m.role as ws_role,
-           b.credits::text as budget_credits, b.period as budget_period, b.hard_limit as budget_hard_limit, coalesce(p.used, 0)::text as budget_used
+export async function findKnowledgeBaseForSearch(sql: Sql, id: string, userId: string, period: string): Promise<({ kb: KnowledgeBaseRow } & AccessAndBudget) | null> {
+  const [row] = await sql<(KnowledgeBaseRow & AccessBudgetColumns)[]>`
+    select k.*, ${accessBudgetColumns(sql)}
     from knowledge_bases k
     join workspaces w on w.id = k.workspace_id
-    left join workspace_members m on m.workspace_id = w.id and m.user_id = ${userId}
-    left join workspace_budgets b on b.workspace_id = w.id
-    left join credit_periods p on p.workspace_id = w.id and p.period_start = ${period}
+    ${accessBudgetJoins(sql, userId, period)}
     where k.id = ${id}`
   if (!row) return null
   const { ws_owner_id, ws_status, ws_role, budget_credits, budget_period, budget_hard_limit, budget_used, ...kb } = row
-  return {
-    kb,
-    access: { id: kb.workspace_id, owner_id: ws_owner_id, status: ws_status, role: ws_role },
-    budget: budget_credits === null ? null : { credits: budget_credits, period: budget_period!, hard_limit: budget_hard_limit!, used: budget_used },
-  }
+  return { kb, ...accessAndBudgetOf(kb.workspace_id, row) }
 }
 
 export async function findKnowledgeBase(sql: Sql, id: string): Promise<KnowledgeBaseRow | null> {
