@@ -71,7 +71,7 @@ export class Gateway {
   async chat(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal): Promise<ChatCompletion & { credits: number }> {
     const span = tracingOn ? callSpan('chat', ctx, model, chatAttributes(req)) : null
     try {
-      if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId, this.d.charges)
+      await this.budget(ctx)
       const call = () => this.failover(ctx, model, signal, (provider, route) => provider.chat({ ...req, model: route.model }, signal), span)
       const completion = await (span ? runIn(contextWith(span), call) : call())
       const credits = await this.charge(ctx, model, 'chat', completion.usage.prompt_tokens, completion.usage.completion_tokens)
@@ -132,7 +132,7 @@ export class Gateway {
   }
 
   private async *stream(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal, span: Span | null): AsyncGenerator<Relayed[]> {
-    if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId, this.d.charges)
+    await this.budget(ctx)
     let first: IteratorResult<RawChunk[]> | null = null
     const call = () => this.failover(ctx, model, signal, async (provider, route) => {
       const r = { ...req, model: route.model }
@@ -203,7 +203,7 @@ export class Gateway {
   }
 
   private async embedding(ctx: CallContext, model: ModelSpec, inputs: string[], signal: AbortSignal, span: Span | null): Promise<{ vectors: number[][]; tokens: number; credits: number }> {
-    if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId, this.d.charges)
+    await this.budget(ctx)
     const result = await this.failover(ctx, model, signal, (provider, route) =>
       // Batches of the provider's max_batch, through its limiter, retried, in input order (embed-batches.ts).
       embedBatches(provider, route.model, inputs, signal, ctx.background === true, (r) => {
@@ -231,7 +231,7 @@ export class Gateway {
   async embeddedLocally(ctx: CallContext, model: ModelSpec, inputs: number, tokens: number): Promise<number> {
     const span = tracingOn ? callSpan('embeddings', ctx, model, { 'gen_ai.embeddings.input_count': inputs, 'gen_ai.provider.name': 'local' }) : null
     try {
-      if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId, this.d.charges)
+      await this.budget(ctx)
       const credits = await this.charge(ctx, model, 'embedding', tokens, 0)
       span?.setAttributes({ 'gen_ai.usage.input_tokens': tokens, credits })
       return credits
@@ -246,7 +246,7 @@ export class Gateway {
   async rerank(ctx: CallContext, model: ModelSpec, query: string, documents: string[], topN: number | undefined, signal: AbortSignal) {
     const span = tracingOn ? callSpan('rerank', ctx, model, { 'gen_ai.rerank.document_count': documents.length, ...(captureContent ? { 'gen_ai.input.messages': capped(query) } : {}) }) : null
     try {
-      if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId, this.d.charges)
+      await this.budget(ctx)
       const call = () => this.failover(ctx, model, signal, (provider, route) => provider.rerank(route.model, query, documents, topN, signal), span)
       const result = await (span ? runIn(contextWith(span), call) : call())
       const credits = await this.charge(ctx, model, 'rerank', result.tokens, 0)
@@ -309,6 +309,11 @@ export class Gateway {
     } catch (e) {
       this.d.log.error({ err: e }, 'could not record model.failover.triggered')
     }
+  }
+
+  /** The workspace's hard limit, committed and held charges counted, unless the caller checked it beside its access. */
+  private async budget(ctx: CallContext): Promise<void> {
+    if (!ctx.budgetChecked) await checkBudget(this.d.sql, ctx.workspaceId, this.d.charges)
   }
 
   private async charge(ctx: CallContext, model: ModelSpec, kind: 'chat' | 'embedding' | 'rerank', tokensIn: number, tokensOut: number): Promise<number> {
