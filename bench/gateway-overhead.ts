@@ -10,7 +10,8 @@
  * service entry points, default src/main.ts; several are measured in the same run, their requests
  * interleaved, e.g. a copy of the previous version beside the current one), GW_STREAM=1 to also
  * measure the first chunk of a streamed call the same way, BENCH_CPU_PROF=<dir> (service under
- * `bun --cpu-prof`).
+ * `bun --cpu-prof`), GW_SERVER=1 for the service in server mode (DATABASE_URL and REDIS_URL, default
+ * the local PostgreSQL and Redis; every service of the run shares them), else embedded.
  */
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -21,6 +22,9 @@ const WARMUP = Number(process.env.GW_WARMUP ?? 500)
 const MAINS = (process.env.GW_MAINS ?? 'src/main.ts').split(',')
 const STREAM = process.env.GW_STREAM === '1'
 const CPU_PROF = process.env.BENCH_CPU_PROF
+const SERVER_MODE = process.env.GW_SERVER === '1'
+const DATABASE_URL = SERVER_MODE ? (process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres') : ''
+const REDIS_URL = SERVER_MODE ? (process.env.REDIS_URL || 'redis://127.0.0.1:6379') : ''
 
 const work = tempDir('bench-gw-')
 whenInterrupted(() => removeDir(work))
@@ -77,7 +81,7 @@ async function main() {
       cmd: CPU_PROF ? ['bun', '--cpu-prof', '--cpu-prof-md', `--cpu-prof-dir=${CPU_PROF}`, 'run', main] : ['bun', 'run', main],
       env: {
         PORT: String(port), HOST: '127.0.0.1', DATA_DIR: join(work, `data${i}`), BOOTSTRAP_API_KEY: ROOT_KEY, MODELS_FILE: modelsFile,
-        RATE_LIMIT_PER_SECOND: '1000000000', RATE_LIMIT_BURST: '1000000000', LOG_LEVEL: 'warn', DATABASE_URL: '', REDIS_URL: '',
+        RATE_LIMIT_PER_SECOND: '1000000000', RATE_LIMIT_BURST: '1000000000', LOG_LEVEL: 'warn', DATABASE_URL, REDIS_URL,
       },
       port,
       logFile: join(work, `service${i}.log`),
@@ -107,6 +111,7 @@ async function main() {
       log(`${what}: ${s.name} p50 ${median(t)} ms: +${round3(median(t) - d)} ms over direct (paired median +${paired}); p90 ${round3(percentile([...t].sort((a, b) => a - b), 90))}`)
     }
   }
+  log(`mode: ${SERVER_MODE ? 'server (PostgreSQL + Redis)' : 'embedded (PGlite)'}; load average ${(await import('node:os')).loadavg().map((n) => n.toFixed(2)).join(' ')}`)
   await measure((t) => once(t, t === direct), 'non-streamed chat, 1 connection')
   if (STREAM) await measure(first, 'streamed chat, first content chunk')
   // Stopped with SIGTERM, so that a profiled service writes its profile.

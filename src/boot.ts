@@ -93,6 +93,7 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
     if (db.templateFailure) log.warn({ template: templateDir(), reason: db.templateFailure }, 'the migrated template could not be used')
     log.info('a fresh data directory: initialising the database (a few seconds; `bun install` makes a template that skips this)')
   }
+  let accessCache: AccessCache | null = null
   try {
     await migrate(db.sql)
     // Without REDIS_URL, idempotency records are journaled in DATA_DIR: a replay must survive a restart.
@@ -102,6 +103,12 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
     if (secret.generated) log.info({ file: secret.file }, 'SECRET_KEY is unset: generated one (keep this file; every process of a deployment must share it)')
     const apiKeys = new ApiKeys(db.sql, redis)
     await apiKeys.start()
+    // The check before a model call keeps its answers (access-cache.ts): on the embedded database until
+    // a write of their workspace; in server mode, with Redis telling every process of every change, for
+    // ACCESS_CACHE_TTL_MS at most; nothing kept with a PostgreSQL shared without Redis.
+    accessCache = new AccessCache(db.kind === 'pglite' ? Infinity : redis.kind === 'redis' ? config.accessCacheTtlMs : 0)
+    // Before the journal's replay below: its charges are announced to the other processes too.
+    if (db.kind !== 'pglite') await accessCache.start(redis, log)
     const events = { nudge: () => {} }
     // Charges a process journaled and did not write (it was killed) are written before anything is served.
     const charges = await ChargeOutbox.open({ sql: db.sql, dir: join(config.dataDir, 'credits'), log, flushMs: config.creditsFlushMs, nudgeEvents: () => events.nudge() })
@@ -122,9 +129,10 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
       documents: { nudge: () => {} },
       indexer: { nudge: () => {} },
       files,
-      models: createGateway({ sql: db.sql, log, catalog, nudgeEvents: () => events.nudge(), charges, access: new AccessCache(db.kind === 'pglite') }),
+      models: createGateway({ sql: db.sql, log, catalog, nudgeEvents: () => events.nudge(), charges, access: accessCache }),
     }
   } catch (err) {
+    await accessCache?.stop().catch(() => {})
     if (!opts.db) await db.close().catch(() => {})
     throw err
   }
@@ -133,6 +141,7 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
 export async function closeDeps(deps: Deps): Promise<void> {
   // The charges held are written while the database is still open.
   await deps.models.charges.close()
+  await deps.models.access.stop()
   await deps.apiKeys.stop()
   await deps.redis.close()
   await deps.db.close()

@@ -44,6 +44,7 @@ const Env = Type.Object({
   SSE_HEARTBEAT_MS: Type.Optional(Int()),
   DATA_DIR_LOCK_WAIT_MS: Type.Optional(Int()),
   CREDITS_FLUSH_MS: Type.Optional(Int()),
+  ACCESS_CACHE_TTL_MS: Type.Optional(Int()),
   // Where uploaded originals live (docs/deployment.md, "Where uploaded files live"), and the usual
   // variables of S3 clients for s3:// (the S3_* ones first, as Bun's own client reads them).
   STORAGE_URL: Type.Optional(Type.String({ minLength: 1 })),
@@ -118,6 +119,12 @@ export interface Config {
   sseHeartbeatMs: number
   /** How long a held model call's charge waits for the next batch to the ledger (docs/models.md, "Credits and budgets"). */
   creditsFlushMs: number
+  /**
+   * Server mode: how long the answer of the check before a model call (access and budget) is kept at
+   * most; changes made through the API reach every process at once over Redis, this bounds one that
+   * is not announced (docs/models.md, "Credits and budgets"). 0: read every call. Embedded: unused.
+   */
+  accessCacheTtlMs: number
   /** How long a start waits for an exiting holder of the embedded database's lock (docs/deployment.md). */
   dataDirLockWaitMs: number
   /** Shut down when the launcher that started this process (`bun start`) is gone (docs/deployment.md). */
@@ -224,6 +231,7 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     // A SIGKILLed process with a few GB mapped is gone within a second or two; 30 s covers a slow disk.
     dataDirLockWaitMs: int('DATA_DIR_LOCK_WAIT_MS', 30_000, 0, 600_000),
     creditsFlushMs: int('CREDITS_FLUSH_MS', 10, 0, 600_000),
+    accessCacheTtlMs: int('ACCESS_CACHE_TTL_MS', 1_000, 0, 600_000),
     // `bun start` is a launcher process with the service as its child: watched by default then only.
     exitWithLauncher: env.EXIT_WITH_LAUNCHER === undefined ? env.npm_lifecycle_event !== undefined : bool(env.EXIT_WITH_LAUNCHER),
     logLevel: env.LOG_LEVEL ?? 'info',

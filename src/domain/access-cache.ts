@@ -1,34 +1,92 @@
-import { accessGeneration } from '../store/access-generation'
+import type { Logger } from 'pino'
+import { randomBase62 } from '../lib/ids'
+import { accessChangedSince, accessGeneration, accessChanged, everyAccessChanged, onAccessCommitted } from '../store/access-generation'
 import type { accessAndBudget } from '../store/credits'
+import type { RedisPort } from '../store/redis'
+import type { Unsubscribe } from '../store/redis/port'
 
 type Answer = Awaited<ReturnType<typeof accessAndBudget>>
 
 /** Entries kept at most; the oldest goes first. */
 const MAX_ENTRIES = 10_000
+/** Where every process publishes the workspaces whose access or budget a committed write changed. */
+export const ACCESS_CHANNEL = 'access.changed'
+/** This process, in its messages: its own changes were applied when they were committed. */
+const ORIGIN = randomBase62(16)
 
 /**
  * The answers of the hot read before a model call (`accessAndBudget`: the workspace, the caller's
- * role, the budget and the period's committed spend), kept until any write that could change one of
- * them is sent (store/access-generation.ts): one query less per call while nothing changes. Only
- * with the embedded database, whose one connection answers in order and which no other process
- * writes; in server mode `enabled` is false and every call reads the database.
+ * role, the budget and the period's committed spend), kept until a write that could change one of
+ * them (store/access-generation.ts): one query less per call while nothing changes.
+ *
+ * - Embedded database: its one connection answers in order and no other process writes it, so an
+ *   answer stays good until a write of its workspace is sent. No time limit.
+ * - Server mode (`start`): every committed change of a workspace (row, members, budget, a batch of
+ *   charges) is published on Redis (`ACCESS_CHANNEL`, "<process> <workspace ids>") before the write's
+ *   caller hears back, and each process drops that workspace's answers when the message arrives. An
+ *   answer is kept only if no change of its workspace arrived between its read's sending and its
+ *   answer, and for `ttlMs` at most: the bound for a change that was never published (a manual
+ *   UPDATE, a process killed between its commit and its publish, a message lost). While the
+ *   subscription is lost nothing is kept or served; once it is back, everything is dropped.
  */
 export class AccessCache {
-  private entries = new Map<string, { generation: number; answer: Answer }>()
+  private entries = new Map<string, { generation: number; at: number; answer: Answer }>()
+  /** False while the subscription that tells of other processes' changes is lost. */
+  private live = true
+  private stops: (() => unknown)[] = []
 
-  constructor(readonly enabled: boolean) {}
+  /** `ttlMs`: how long an answer is kept at most (Infinity on the embedded database; 0 keeps nothing). */
+  constructor(private readonly ttlMs: number) {}
 
-  async get(key: string, read: () => Promise<Answer>): Promise<Answer> {
+  get enabled(): boolean {
+    return this.ttlMs > 0 && this.live
+  }
+
+  /** Server mode: other processes' changes arrive over Redis, this process' are published there. */
+  async start(redis: RedisPort, log: Logger): Promise<void> {
+    if (this.ttlMs <= 0) return
+    const unsubscribe: Unsubscribe = await redis.subscribe(
+      ACCESS_CHANNEL,
+      (message) => {
+        const ids = message.split(' ')
+        // This process' own changes were applied when they were committed.
+        if (ids[0] === ORIGIN) return
+        for (let i = 1; i < ids.length; i++) accessChanged(ids[i]!)
+      },
+      (lost) => {
+        everyAccessChanged()
+        this.entries.clear()
+        this.live = !lost
+      },
+    )
+    let failures = 0
+    const off = onAccessCommitted(async (ids) => {
+      try {
+        await redis.publish(ACCESS_CHANNEL, `${ORIGIN} ${ids.join(' ')}`)
+      } catch (err) {
+        // The write is committed; other processes follow it within ttlMs.
+        if (failures++ % 100 === 0) log.warn({ err, workspaces: ids }, `access cache: a change could not be published; other processes see it within ${this.ttlMs} ms`)
+      }
+    })
+    this.stops.push(off, unsubscribe)
+  }
+
+  async stop(): Promise<void> {
+    for (const stop of this.stops.splice(0)) await stop()
+  }
+
+  async get(workspaceId: string, key: string, read: () => Promise<Answer>): Promise<Answer> {
     if (!this.enabled) return read()
     const hit = this.entries.get(key)
+    const now = this.ttlMs === Infinity ? 0 : Date.now()
+    if (hit && !accessChangedSince(workspaceId, hit.generation) && now - hit.at < this.ttlMs) return hit.answer
     const generation = accessGeneration()
-    if (hit && hit.generation === generation) return hit.answer
     const answer = await read()
-    // Kept only if nothing was written since the read was sent: it may not have seen that write.
-    if (accessGeneration() === generation) {
+    // Kept only if its workspace did not change since the read was sent: it may not have seen that change.
+    if (this.enabled && !accessChangedSince(workspaceId, generation)) {
       if (hit) this.entries.delete(key)
       else if (this.entries.size >= MAX_ENTRIES) this.entries.delete(this.entries.keys().next().value!)
-      this.entries.set(key, { generation, answer })
+      this.entries.set(key, { generation, at: now, answer })
     }
     return answer
   }

@@ -6,6 +6,7 @@ import { traceContext, tracingOn, type TraceCarrier } from '../lib/tracing'
 import type { Pool } from '../store/db'
 import { tryFlock } from '../store/data-dir-lock'
 import { addCharges, periodStart, type Charge, type JournaledCharge } from '../store/credits'
+import { changingAccess } from '../store/access-generation'
 
 /** Charges in one statement at most: a backlog (a replay, a database that was away) goes in several. */
 const MAX_ROWS = 500
@@ -169,7 +170,8 @@ export class ChargeOutbox {
     this.sealed = []
     try {
       for (let i = 0; i < batch.length; i += MAX_ROWS) {
-        const { fired } = await addCharges(this.o.sql, batch.slice(i, i + MAX_ROWS), traces.slice(i, i + MAX_ROWS))
+        const slice = batch.slice(i, i + MAX_ROWS)
+        const { fired } = await changingAccess(workspacesOf(slice), () => addCharges(this.o.sql, slice, traces.slice(i, i + MAX_ROWS)))
         if (fired.length > 0) this.o.nudgeEvents()
       }
     } catch (err) {
@@ -201,6 +203,13 @@ export class ChargeOutbox {
 
 const heldKey = (workspaceId: string, period: string) => `${workspaceId} ${period}`
 
+/** The workspaces of a batch, each once: their period's spend changes (announced: store/access-generation.ts). */
+function workspacesOf(charges: readonly JournaledCharge[]): string[] {
+  const ids = new Set<string>()
+  for (const c of charges) ids.add(c.workspace_id)
+  return [...ids]
+}
+
 /**
  * The journals of processes that are gone (their lock free): every line written to the ledger
  * (lines already there are skipped by id), then the directory deleted. A line torn by a kill
@@ -228,7 +237,8 @@ async function replayOrphans(o: ChargeOutboxOptions): Promise<void> {
         }
       }
       for (let i = 0; i < charges.length; i += MAX_ROWS) {
-        const { fired } = await addCharges(o.sql, charges.slice(i, i + MAX_ROWS))
+        const slice = charges.slice(i, i + MAX_ROWS)
+        const { fired } = await changingAccess(workspacesOf(slice), () => addCharges(o.sql, slice))
         if (fired.length > 0) o.nudgeEvents()
       }
       if (charges.length > 0 || torn > 0) o.log.info({ journal: dir, charges: charges.length, torn }, 'credits: replayed the journal of a process that stopped without writing it')

@@ -1,6 +1,7 @@
 import { AppError } from '../lib/errors'
 import type { Pool, Tx } from '../store/db'
 import * as store from '../store/credits'
+import { changingAccess } from '../store/access-generation'
 import { authorize, type Caller } from './access'
 import type { WorkspaceAccessRow } from '../store/workspaces'
 import type { ModelSpec } from './models/catalog'
@@ -46,7 +47,7 @@ export async function checkBudget(sql: Pool, workspaceId: string, held: PendingC
  */
 export async function checkAccessAndBudget(sql: Pool, caller: Caller, workspaceId: string, held: PendingCredits, cache: AccessCache, now = new Date()): Promise<void> {
   const period = store.periodStart(now)
-  const row = await cache.get(`${workspaceId} ${caller.userId} ${period}`, () => store.accessAndBudget(sql, workspaceId, caller.userId, now))
+  const row = await cache.get(workspaceId, `${workspaceId} ${caller.userId} ${period}`, () => store.accessAndBudget(sql, workspaceId, caller.userId, now))
   authorize(caller, row?.access as WorkspaceAccessRow | null ?? null, 'use', { id: workspaceId })
   const budget = row!.budget
   if (!budget?.hard_limit) return
@@ -71,7 +72,8 @@ function exceeded(workspaceId: string, budget: { used: string; credits: string; 
  * ledger row, the running total, and every threshold it crosses, decided under the period row's lock,
  * so each threshold's `credit.budget.threshold` event is written once per period, committed with the
  * charge. A model call outside such a transaction is charged through the write-behind instead
- * (charge-outbox.ts).
+ * (charge-outbox.ts). * The caller announces the workspace once its transaction is over (`accessCommitted`,
+ * store/access-generation.ts): the period's spend changed.
  */
 export async function chargeIn(tx: Tx, c: store.Charge, now = new Date()): Promise<{ crossed: number[] }> {
   const { fired } = await store.addCharges(tx, [{ ...c, id: newId('crd'), at: now.getTime() }], [tracingOn ? traceContext() : null])
@@ -89,7 +91,7 @@ export interface BudgetInput {
 export async function setBudget(sql: Pool, caller: Caller, workspaceId: string, input: BudgetInput): Promise<store.BudgetRow> {
   await access(sql, caller, workspaceId, 'manage')
   const thresholds = [...new Set(input.thresholds)].sort((a, b) => a - b)
-  return sql.begin((tx) => store.putBudget(tx, { workspace_id: workspaceId, credits: input.credits, period: input.period, thresholds, hard_limit: input.hard_limit }))
+  return changingAccess([workspaceId], () => sql.begin((tx) => store.putBudget(tx, { workspace_id: workspaceId, credits: input.credits, period: input.period, thresholds, hard_limit: input.hard_limit })))
 }
 
 /** GET /v1/workspaces/{id}/usage: totals by model and by day over [from, to), and the budget's state. */

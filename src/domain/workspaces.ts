@@ -4,6 +4,7 @@ import type { ListQuery } from '../lib/lists'
 import type { Pool as Sql } from '../store/db'
 import type { WorkspaceScope } from '../store/lists'
 import * as store from '../store/workspaces'
+import { changingAccess } from '../store/access-generation'
 import type { Role } from '../store/workspaces'
 import { authorize, keyAllows, type Action, type Caller, type EffectiveRole } from './access'
 
@@ -60,15 +61,19 @@ export async function createWorkspace(
     throw new AppError('forbidden', 'a key restricted to one workspace cannot create workspaces')
   }
   if (!keyAllows(caller, 'user')) throw new AppError('forbidden', 'a readonly key cannot create workspaces')
-  return sql.begin((tx) =>
-    store.insertWorkspace(tx, {
-      id: newId('ws'),
-      name: input.name,
-      description: input.description ?? '',
-      type: input.type ?? 'team',
-      join_policy: input.join_policy ?? 'approve_required',
-      owner_id: caller.userId,
-    }),
+  const id = newId('ws')
+  // Announced too: a call that named this id before it existed may have kept "no such workspace".
+  return changingAccess([id], () =>
+    sql.begin((tx) =>
+      store.insertWorkspace(tx, {
+        id,
+        name: input.name,
+        description: input.description ?? '',
+        type: input.type ?? 'team',
+        join_policy: input.join_policy ?? 'approve_required',
+        owner_id: caller.userId,
+      }),
+    ),
   )
 }
 
@@ -85,13 +90,13 @@ export async function updateWorkspace(sql: Sql, caller: Caller, id: string, patc
 
 export async function deleteWorkspace(sql: Sql, caller: Caller, id: string) {
   await access(sql, caller, id, 'own', true)
-  await sql.begin((tx) => store.deleteWorkspace(tx, id))
+  await changingAccess([id], () => sql.begin((tx) => store.deleteWorkspace(tx, id)))
 }
 
 export async function setStatus(sql: Sql, caller: Caller, id: string, status: 'active' | 'archived') {
   const ws = await access(sql, caller, id, 'manage', true)
   if (ws.status === status) return ws
-  return sql.begin((tx) => store.setWorkspaceStatus(tx, id, status))
+  return changingAccess([id], () => sql.begin((tx) => store.setWorkspaceStatus(tx, id, status)))
 }
 
 /** Only the current owner may transfer (docs/decisions.md, "Workspaces"), to a current member, who becomes admin. */
@@ -99,7 +104,7 @@ export async function transferWorkspace(sql: Sql, caller: Caller, id: string, ne
   // 'own' also refuses keys capped by a role limit and archived workspaces; root passes it but is no owner.
   const ws = await access(sql, caller, id, 'own')
   if (ws.owner_id !== caller.userId) throw new AppError('forbidden', 'only the current owner of the workspace may transfer it')
-  return sql.begin(async (tx) => {
+  return changingAccess([id], () => sql.begin(async (tx) => {
     const locked = await store.lockWorkspace(tx, id)
     if (locked.owner_id !== caller.userId) throw new AppError('conflict', 'the workspace changed owner meanwhile')
     if (newOwnerId === locked.owner_id) throw new AppError('conflict', `${newOwnerId} already owns workspace ${id}`, { param: 'new_owner_id' })
@@ -110,7 +115,7 @@ export async function transferWorkspace(sql: Sql, caller: Caller, id: string, ne
     // The previous owner stays, as an admin.
     await store.upsertMember(tx, id, locked.owner_id, 'admin')
     return store.setWorkspaceOwner(tx, id, newOwnerId)
-  })
+  }))
 }
 
 export async function listMembers(sql: Sql, caller: Caller, id: string, q: ListQuery) {
@@ -120,30 +125,30 @@ export async function listMembers(sql: Sql, caller: Caller, id: string, q: ListQ
 
 export async function addMember(sql: Sql, caller: Caller, id: string, userId: string, role: Role) {
   await access(sql, caller, id, 'manage')
-  return sql.begin(async (tx) => {
+  return changingAccess([id], () => sql.begin(async (tx) => {
     await store.lockWorkspace(tx, id)
     return store.insertMember(tx, id, userId, role)
-  })
+  }))
 }
 
 export async function changeMemberRole(sql: Sql, caller: Caller, id: string, userId: string, role: Role) {
   await access(sql, caller, id, 'manage')
-  return sql.begin(async (tx) => {
+  return changingAccess([id], () => sql.begin(async (tx) => {
     const ws = await store.lockWorkspace(tx, id)
     if (ws.owner_id === userId && role !== 'admin') {
       throw new AppError('conflict', 'the owner is always an admin; transfer ownership first', { param: 'role' })
     }
     return store.updateMemberRole(tx, id, userId, role)
-  })
+  }))
 }
 
 export async function removeMember(sql: Sql, caller: Caller, id: string, userId: string) {
   await access(sql, caller, id, 'manage')
-  return sql.begin(async (tx) => {
+  return changingAccess([id], () => sql.begin(async (tx) => {
     const ws = await store.lockWorkspace(tx, id)
     if (ws.owner_id === userId) throw new AppError('conflict', 'the owner cannot be removed; transfer ownership first')
     return store.deleteMember(tx, id, userId)
-  })
+  }))
 }
 
 /**

@@ -1,16 +1,76 @@
 /**
- * A counter every write that can change what `accessAndBudget` (store/credits.ts) answers bumps
- * before it is sent: a workspace's row, its members, its budget, its period's spend. The embedded
- * database has one connection that answers in order, so a read sent when the counter had a value
- * saw every write bumped before it: its answer stays good while the counter has not moved
- * (domain/access-cache.ts). In server mode, where other processes write too, nothing is cached.
+ * What tells the kept answers of `accessAndBudget` (store/credits.ts; domain/access-cache.ts) that
+ * they may be out of date: a workspace's row, its members, its budget, its period's spend.
+ *
+ * A counter, `generation`, moves on every change seen by this process, and each workspace remembers
+ * the generation of its last change: an answer read at generation g stays good while its workspace
+ * has not changed after g (nor everything, after a lost subscription).
+ *
+ * - Every write calls `accessChanged(workspaceId)` before it is sent. The embedded database has one
+ *   connection that answers in order, so a read sent after that saw the write: that is all it needs.
+ * - In server mode other connections and other processes read and write too, so a write also
+ *   announces itself once committed (`changingAccess`): the workspace changes here again, and the
+ *   ids are published to every other process (domain/access-cache.ts), where they change too.
+ *   A read is kept only if its workspace did not change between its sending and its answer, so a
+ *   read that may have missed a commit is never kept.
  */
 let generation = 0
+/** The generation at which every answer was dropped (a lost subscription, too many workspaces to remember). */
+let everything = 0
+/** Workspace id → the generation of its last change. */
+const changed = new Map<string, number>()
+const MAX_REMEMBERED = 10_000
 
-export function accessChanged(): void {
+export function accessChanged(workspaceId: string): void {
   generation++
+  if (changed.size >= MAX_REMEMBERED && !changed.has(workspaceId)) {
+    changed.clear()
+    everything = generation
+  } else changed.set(workspaceId, generation)
+}
+
+/** Every kept answer is dropped (the subscription that tells of other processes' changes was lost). */
+export function everyAccessChanged(): void {
+  generation++
+  everything = generation
+  changed.clear()
 }
 
 export function accessGeneration(): number {
   return generation
+}
+
+/** Whether an answer about `workspaceId` read at generation `since` may be out of date. */
+export function accessChangedSince(workspaceId: string, since: number): boolean {
+  return since !== generation && (everything > since || (changed.get(workspaceId) ?? 0) > since)
+}
+
+type Announcer = (workspaceIds: readonly string[]) => Promise<void>
+const announcers = new Set<Announcer>()
+
+/** Server mode: `announce` is told the workspaces of every committed change (the cache publishes them). */
+export function onAccessCommitted(announce: Announcer): () => void {
+  announcers.add(announce)
+  return () => void announcers.delete(announce)
+}
+
+/**
+ * Runs a write that changes what `accessAndBudget` answers for `workspaceIds` and, once it is over
+ * (committed, or failed: announcing a change that did not happen costs a read, no more), announces
+ * it: changed here again, and published to the other processes before the caller hears back. With
+ * the embedded database nothing is announced: the change before sending is enough.
+ */
+export async function changingAccess<T>(workspaceIds: readonly string[], write: () => Promise<T>): Promise<T> {
+  try {
+    return await write()
+  } finally {
+    await accessCommitted(workspaceIds)
+  }
+}
+
+/** `changingAccess` for a write that is already over (a batch of charges, a transaction elsewhere). */
+export async function accessCommitted(workspaceIds: readonly string[]): Promise<void> {
+  if (announcers.size === 0 || workspaceIds.length === 0) return
+  for (const id of workspaceIds) accessChanged(id)
+  for (const announce of announcers) await announce(workspaceIds)
 }

@@ -51,7 +51,6 @@ export interface JournaledCharge extends Charge {
  */
 export async function addCharges(sql: Sql, charges: readonly JournaledCharge[], traces: readonly (TraceCarrier | null)[] = []): Promise<{ fired: { workspace_id: string; fired_now: number[] }[] }> {
   if (charges.length === 0) return { fired: [] }
-  accessChanged()
   const groups = new Map<string, number>()
   const gws: string[] = []
   const gperiods: string[] = []
@@ -61,6 +60,7 @@ export async function addCharges(sql: Sql, charges: readonly JournaledCharge[], 
     const key = `${c.workspace_id} ${period}`
     let g = groups.get(key)
     if (g === undefined) {
+      accessChanged(c.workspace_id)
       groups.set(key, (g = gws.length))
       gws.push(c.workspace_id)
       gperiods.push(period)
@@ -126,7 +126,7 @@ export async function addCharges(sql: Sql, charges: readonly JournaledCharge[], 
 }
 
 export async function putBudget(tx: Tx, b: Omit<BudgetRow, 'updated_at' | 'credits'> & { credits: number }): Promise<BudgetRow> {
-  accessChanged()
+  accessChanged(b.workspace_id)
   const [row] = await tx<BudgetRow[]>`
     insert into workspace_budgets (workspace_id, credits, period, thresholds, hard_limit)
     values (${b.workspace_id}, ${b.credits}, ${b.period}, ${b.thresholds}, ${b.hard_limit})

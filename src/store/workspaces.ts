@@ -46,7 +46,7 @@ export async function insertWorkspace(
   tx: Tx,
   w: { id: string; name: string; description: string; type: string; join_policy: string; owner_id: string },
 ): Promise<WorkspaceRow> {
-  accessChanged()
+  accessChanged(w.id)
   await tx`insert into workspaces (id, name, description, type, join_policy, owner_id)
            values (${w.id}, ${w.name}, ${w.description}, ${w.type}, ${w.join_policy}, ${w.owner_id})`
   await tx`insert into workspace_members (workspace_id, user_id, role) values (${w.id}, ${w.owner_id}, 'admin')`
@@ -96,7 +96,7 @@ export async function listWorkspaces(
 }
 
 export async function updateWorkspace(tx: Tx, id: string, patch: { name?: string; description?: string }): Promise<WorkspaceRow> {
-  accessChanged()
+  // Name and description: nothing the check before a model call reads (no accessChanged).
   await tx`update workspaces set
              name = coalesce(${patch.name ?? null}, name),
              description = coalesce(${patch.description ?? null}, description),
@@ -106,7 +106,7 @@ export async function updateWorkspace(tx: Tx, id: string, patch: { name?: string
 }
 
 export async function setWorkspaceStatus(tx: Tx, id: string, status: 'active' | 'archived'): Promise<WorkspaceRow> {
-  accessChanged()
+  accessChanged(id)
   await tx`update workspaces set status = ${status}, updated_at = now(),
              archived_at = ${status === 'archived' ? tx`now()` : null}
            where id = ${id}`
@@ -115,13 +115,13 @@ export async function setWorkspaceStatus(tx: Tx, id: string, status: 'active' | 
 
 /** Deletes the workspace; every table that belongs to a workspace cascades from it. */
 export async function deleteWorkspace(tx: Tx, id: string): Promise<void> {
-  accessChanged()
+  accessChanged(id)
   const rows = await tx`delete from workspaces where id = ${id} returning id`
   if (rows.length === 0) throw notFound('workspace', id)
 }
 
 export async function setWorkspaceOwner(tx: Tx, id: string, ownerId: string): Promise<WorkspaceRow> {
-  accessChanged()
+  accessChanged(id)
   await tx`update workspaces set owner_id = ${ownerId}, updated_at = now() where id = ${id}`
   return getWorkspace(tx, id)
 }
@@ -141,7 +141,7 @@ export async function getMember(sql: Sql, workspaceId: string, userId: string): 
 }
 
 export async function insertMember(tx: Tx, workspaceId: string, userId: string, role: Role): Promise<MemberRow> {
-  accessChanged()
+  accessChanged(workspaceId)
   const [row] = await tx<MemberRow[]>`
     insert into workspace_members (workspace_id, user_id, role) values (${workspaceId}, ${userId}, ${role})
     on conflict do nothing
@@ -152,7 +152,7 @@ export async function insertMember(tx: Tx, workspaceId: string, userId: string, 
 
 /** Sets a member's role, adding the member when absent (used by transfer). */
 export async function upsertMember(tx: Tx, workspaceId: string, userId: string, role: Role): Promise<MemberRow> {
-  accessChanged()
+  accessChanged(workspaceId)
   const [row] = await tx<MemberRow[]>`
     insert into workspace_members (workspace_id, user_id, role) values (${workspaceId}, ${userId}, ${role})
     on conflict (workspace_id, user_id) do update set role = excluded.role, updated_at = now()
@@ -161,7 +161,7 @@ export async function upsertMember(tx: Tx, workspaceId: string, userId: string, 
 }
 
 export async function updateMemberRole(tx: Tx, workspaceId: string, userId: string, role: Role): Promise<MemberRow> {
-  accessChanged()
+  accessChanged(workspaceId)
   const [row] = await tx<MemberRow[]>`
     update workspace_members set role = ${role}, updated_at = now()
     where workspace_id = ${workspaceId} and user_id = ${userId}
@@ -171,7 +171,7 @@ export async function updateMemberRole(tx: Tx, workspaceId: string, userId: stri
 }
 
 export async function deleteMember(tx: Tx, workspaceId: string, userId: string): Promise<MemberRow> {
-  accessChanged()
+  accessChanged(workspaceId)
   const [row] = await tx<MemberRow[]>`
     delete from workspace_members where workspace_id = ${workspaceId} and user_id = ${userId}
     returning ${memberColumns(tx)}`

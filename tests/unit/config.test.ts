@@ -43,6 +43,7 @@ test('an empty environment gives the defaults of docs/deployment.md', () => {
     sseHeartbeatMs: 15_000,
     dataDirLockWaitMs: 30_000,
     creditsFlushMs: 10,
+    accessCacheTtlMs: 1_000,
     exitWithLauncher: false,
     logLevel: 'info',
     tracing: null,

@@ -77,6 +77,9 @@ export class IoRedis implements RedisPort {
   private handlers = new Map<string, Set<(message: string) => void>>()
   /** Channels left while the subscriber's connection was lost: ioredis subscribes them again on reconnect. */
   private stale = new Set<string>()
+  /** Told when the subscriber's connection is lost and when it is back (`subscribe`'s `onReset`). */
+  private resets = new Set<(lost: boolean) => void>()
+  private subscriberLost = false
 
   /** `prefix` namespaces every key and channel (tests give each file its own). */
   constructor(url: string, private readonly prefix = 'ap:') {
@@ -167,9 +170,10 @@ export class IoRedis implements RedisPort {
    * function never fails: a subscription whose connection is lost is gone from Redis already, and
    * the channel is left for good once the connection is back (ioredis would subscribe it again).
    */
-  async subscribe(channel: string, handler: (message: string) => void): Promise<Unsubscribe> {
+  async subscribe(channel: string, handler: (message: string) => void, onReset?: (lost: boolean) => void): Promise<Unsubscribe> {
     const full = this.prefix + channel
     const sub = this.subscriberConnection()
+    if (onReset) this.resets.add(onReset)
     let set = this.handlers.get(full)
     if (!set) {
       const created = new Set<(message: string) => void>()
@@ -179,6 +183,7 @@ export class IoRedis implements RedisPort {
       } catch (err) {
         // Not subscribed: the next caller sends SUBSCRIBE again.
         if (this.handlers.get(full) === created) this.handlers.delete(full)
+        if (onReset) this.resets.delete(onReset)
         throw err
       }
       set = created
@@ -186,6 +191,7 @@ export class IoRedis implements RedisPort {
     set.add(handler)
     const handlers = set
     return async () => {
+      if (onReset) this.resets.delete(onReset)
       handlers.delete(handler)
       if (handlers.size > 0 || this.handlers.get(full) !== handlers) return
       this.handlers.delete(full)
@@ -204,6 +210,21 @@ export class IoRedis implements RedisPort {
       // Sent after ioredis' own re-subscription on reconnect, on the same connection.
       sub.on('ready', () => {
         for (const full of [...this.stale]) void this.leave(full)
+        if (!this.subscriberLost) return
+        // The PING's answer follows the re-subscription's: from then on no message is missed.
+        sub.ping().then(
+          () => {
+            if (sub.status !== 'ready' || !this.subscriberLost) return
+            this.subscriberLost = false
+            for (const reset of this.resets) reset(false)
+          },
+          () => {},
+        )
+      })
+      sub.on('close', () => {
+        if (this.subscriberLost) return
+        this.subscriberLost = true
+        for (const reset of this.resets) reset(true)
       })
       this.subscriber = sub
     }
@@ -234,6 +255,7 @@ export class IoRedis implements RedisPort {
   async close() {
     this.handlers.clear()
     this.stale.clear()
+    this.resets.clear()
     await Promise.allSettled([this.client.quit(), this.subscriber?.quit()])
   }
 }

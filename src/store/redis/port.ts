@@ -62,7 +62,12 @@ export interface RedisPort {
    */
   claimDueTimers(now: number, limit: number, leaseMs?: number): Promise<DueTimer[]>
   publish(channel: string, message: string): Promise<void>
-  subscribe(channel: string, handler: (message: string) => void): Promise<Unsubscribe>
+  /**
+   * `onReset`, for a subscriber that must know when messages may have been missed: called with true
+   * when the subscription's connection is lost (messages published meanwhile are never delivered),
+   * with false once it is back and subscribed again. The in-process adapter never loses one.
+   */
+  subscribe(channel: string, handler: (message: string) => void, onReset?: (lost: boolean) => void): Promise<Unsubscribe>
   ping(): Promise<void>
   close(): Promise<void>
 }
