@@ -10,8 +10,9 @@
  * service entry points, default src/main.ts; several are measured in the same run, their requests
  * interleaved, e.g. a copy of the previous version beside the current one), GW_STREAM=1 to also
  * measure the first chunk of a streamed call the same way, BENCH_CPU_PROF=<dir> (service under
- * `bun --cpu-prof`), GW_SERVER=1 for the service in server mode (DATABASE_URL and REDIS_URL, default
- * the local PostgreSQL and Redis; every service of the run shares them), else embedded.
+ * `bun --cpu-prof`), GW_SERVER=1 for the service in server mode (a fresh database on DATABASE_URL's
+ * server, dropped at the end, and REDIS_URL; default the local ones; every service of the run shares
+ * them), else embedded.
  */
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -23,8 +24,20 @@ const MAINS = (process.env.GW_MAINS ?? 'src/main.ts').split(',')
 const STREAM = process.env.GW_STREAM === '1'
 const CPU_PROF = process.env.BENCH_CPU_PROF
 const SERVER_MODE = process.env.GW_SERVER === '1'
-const DATABASE_URL = SERVER_MODE ? (process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres') : ''
+const ADMIN_URL = process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres'
 const REDIS_URL = SERVER_MODE ? (process.env.REDIS_URL || 'redis://127.0.0.1:6379') : ''
+/** Server mode: a database of the run's own (its root key is the run's), dropped at the end. */
+const DB_NAME = `bench_gw_${process.pid}_${Date.now()}`
+
+async function admin(statement: string): Promise<void> {
+  const { default: postgres } = await import('postgres')
+  const sql = postgres(ADMIN_URL, { max: 1, onnotice: () => {} })
+  try {
+    await sql.unsafe(statement)
+  } finally {
+    await sql.end()
+  }
+}
 
 const work = tempDir('bench-gw-')
 whenInterrupted(() => removeDir(work))
@@ -66,6 +79,14 @@ const round3 = (n: number) => Math.round(n * 1000) / 1000
 const median = (xs: number[]) => round3(percentile([...xs].sort((a, b) => a - b), 50))
 
 async function main() {
+  let DATABASE_URL = ''
+  if (SERVER_MODE) {
+    await admin(`create database ${DB_NAME}`)
+    whenInterrupted(() => void admin(`drop database if exists ${DB_NAME} with (force)`))
+    const url = new URL(ADMIN_URL)
+    url.pathname = `/${DB_NAME}`
+    DATABASE_URL = url.toString()
+  }
   const fake = await startFakeProvider({ 'bench-first': { tokens: 20 } })
   const modelsFile = join(work, 'models.json')
   writeFileSync(modelsFile, JSON.stringify({
@@ -117,8 +138,12 @@ async function main() {
   // Stopped with SIGTERM, so that a profiled service writes its profile.
   for (const stop of stops) await stop()
   fake.stop()
+  if (SERVER_MODE) await admin(`drop database if exists ${DB_NAME} with (force)`)
   removeDir(work)
   process.exit(0)
 }
 
-await main()
+await main().catch(async (err) => {
+  if (SERVER_MODE) await admin(`drop database if exists ${DB_NAME} with (force)`).catch(() => {})
+  throw err
+})
