@@ -11,7 +11,11 @@ const BEARER = /^Bearer +([A-Za-z0-9._~+\/=-]{1,512})$/i
 /**
  * Runs in onRequest for every /v1 path, before parsing and routing: a request without a valid key
  * learns nothing else (not even whether its body parses or its route exists). Then the per-key token
- * bucket, whose state answers in the RateLimit-* headers.
+ * bucket, whose state answers in the RateLimit-* headers: sent here and not waited for, so that the
+ * round trip to Redis overlaps the body's parsing and validation. Its answer is waited for before
+ * the route's handler runs (`rateLimited`, from `authenticated`) and before any error is answered
+ * (errors.ts), so a refused request still gets its 429 (or 503) and nothing else, as if it had been
+ * waited for here.
  */
 export async function authenticateRequest(
   deps: Deps,
@@ -28,17 +32,33 @@ export async function authenticateRequest(
   }
   state.caller = await deps.apiKeys.authenticate(m[1]!)
   const { perSecond, burst } = deps.config.rateLimit
-  const r = await deps.redis.take(`key:${state.caller.keyId}`, { capacity: burst, refillPerSecond: perSecond })
-  set.headers['ratelimit-limit'] = String(burst)
-  set.headers['ratelimit-remaining'] = String(r.remaining)
-  set.headers['ratelimit-reset'] = String(Math.ceil(r.resetMs / 1000))
-  set.headers['ratelimit-policy'] = `${burst};w=${Math.ceil(burst / perSecond)}`
-  if (!r.allowed) {
-    const retry = String(Math.max(1, Math.ceil(r.retryAfterMs / 1000)))
-    throw new AppError('rate_limited', `rate limit of ${perSecond} requests/s (bursts of ${burst}) exceeded for this API key; retry in ${retry} s`, {
-      headers: { 'retry-after': retry },
-    })
-  }
+  state.limit = deps.redis.take(`key:${state.caller.keyId}`, { capacity: burst, refillPerSecond: perSecond }).then(
+    (r) => {
+      set.headers['ratelimit-limit'] = String(burst)
+      set.headers['ratelimit-remaining'] = String(r.remaining)
+      set.headers['ratelimit-reset'] = String(Math.ceil(r.resetMs / 1000))
+      set.headers['ratelimit-policy'] = `${burst};w=${Math.ceil(burst / perSecond)}`
+      if (r.allowed) return null
+      const retry = String(Math.max(1, Math.ceil(r.retryAfterMs / 1000)))
+      return new AppError('rate_limited', `rate limit of ${perSecond} requests/s (bursts of ${burst}) exceeded for this API key; retry in ${retry} s`, {
+        headers: { 'retry-after': retry },
+      })
+    },
+    // Never a rejected promise left unawaited: the failure (Redis unreachable: 503) is its answer.
+    (err: unknown) => (err instanceof Error ? err : new Error(String(err))),
+  )
+}
+
+/**
+ * The rate limit's answer, waited for (once): throws the refusal. Before a route's handler, and
+ * before an error is answered (errors.ts: a refused request learns nothing else).
+ */
+export async function rateLimited(state: RequestState): Promise<void> {
+  const limit = state.limit
+  if (!limit) return
+  state.limit = undefined
+  const refusal = await limit
+  if (refusal) throw refusal
 }
 
 /** Authentication and the rate limit of every /v1 request, in onRequest (see authenticateRequest). */
@@ -71,6 +91,8 @@ export function authenticated(deps: Deps) {
     })
     .onBeforeHandle({ as: 'scoped' }, async ({ request, route, params }) => {
       const state = stateOf(request)
+      // First: the rate limit sent in onRequest (authenticateRequest) decides before anything is done.
+      await rateLimited(state)
       const replay = await beginIdempotency(deps.redis, request, state)
       // A replayed answer changes nothing: it is not recorded again.
       if (replay) return replay

@@ -3,6 +3,7 @@ import type { Logger } from 'pino'
 import { AppError, errorBody, type ErrorDetail } from '../../lib/errors'
 import { RedisUnavailableError } from '../../store/redis'
 import { stateOf } from './request-state'
+import { rateLimited } from './auth'
 import type { Responder } from './respond'
 
 /**
@@ -13,10 +14,30 @@ import type { Responder } from './respond'
  * only the request id (the details go to the log).
  */
 export function errors(log: Logger, respond: Responder) {
-  return new Elysia({ name: 'conventions.errors' }).onError({ as: 'global' }, ({ code, error, request, set, route }) => {
+  /** Redis or the database unreachable (503), else a bug of ours (500, details logged). */
+  const failure = (request: Request, error: unknown): AppError => {
+    const down = unreachable(error)
+    if (down) {
+      // Redis or the database cannot be reached: the client should retry; nothing was lost.
+      log.warn({ request_id: stateOf(request).id, err: (error as Error).message }, 'a dependency is unreachable')
+      return new AppError('unavailable', `${down} is unreachable; retry in a few seconds`, { headers: { 'retry-after': '5' } })
+    }
+    log.error({ request_id: stateOf(request).id, err: error }, 'unhandled error')
+    return new AppError('internal_error', 'internal error; quote the request_id when reporting it')
+  }
+  return new Elysia({ name: 'conventions.errors' }).onError({ as: 'global' }, async ({ code, error, request, set, route }) => {
+    // A refusal of the rate limit still on its way (auth.ts) is the answer, whatever failed after it was sent.
+    let refused: unknown = null
+    if (stateOf(request).limit) {
+      try {
+        await rateLimited(stateOf(request))
+      } catch (refusal) {
+        refused = refusal
+      }
+    }
     let err: AppError
-    let down: ReturnType<typeof unreachable>
-    if (error instanceof AppError) err = error
+    if (refused !== null) err = refused instanceof AppError ? refused : failure(request, refused)
+    else if (error instanceof AppError) err = error
     else if (code === 'PARSE') err = error.cause instanceof AppError ? error.cause : new AppError('invalid_json', 'body is not valid JSON')
     else if (code === 'VALIDATION' && (error as ValidationError).type === 'response') {
       // Our own answer failed its schema: a bug of ours, not the client's request.
@@ -25,14 +46,7 @@ export function errors(log: Logger, respond: Responder) {
     } else if (code === 'VALIDATION') err = fromValidation(error as ValidationError)
     else if (code === 'NOT_FOUND') err = new AppError('not_found', `no route ${request.method} ${stateOf(request).path}`)
     else if (code === 'INVALID_COOKIE_SIGNATURE' || code === 'INVALID_FILE_TYPE') err = new AppError('validation_error', String((error as Error).message))
-    else if ((down = unreachable(error))) {
-      // Redis or the database cannot be reached: the client should retry; nothing was lost.
-      log.warn({ request_id: stateOf(request).id, err: (error as Error).message }, 'a dependency is unreachable')
-      err = new AppError('unavailable', `${down} is unreachable; retry in a few seconds`, { headers: { 'retry-after': '5' } })
-    } else {
-      log.error({ request_id: stateOf(request).id, err: error }, 'unhandled error')
-      err = new AppError('internal_error', 'internal error; quote the request_id when reporting it')
-    }
+    else err = failure(request, error)
     // No route: refused before routing (authentication, rate limit, size) or no route matched.
     return respond.finish(request, set, err.status, errorBody(stateOf(request).id, err), route || 'unrouted', err.extra.headers)
   })

@@ -14,6 +14,11 @@ export interface RequestState {
   idem?: { key: string; fingerprint: string }
   /** Set when this request is a write the audit trail records if it succeeds (src/domain/audit.ts). */
   audit?: PendingAudit
+  /**
+   * The rate limit's answer while it is on its way (auth.ts): the refusal (429, or 503 when Redis
+   * cannot be reached), or null. Settled before the route's handler and before any error answer.
+   */
+  limit?: Promise<Error | null>
 }
 
 // A symbol-keyed property on the Request rather than a WeakMap: a WeakMap entry per request is an
