@@ -320,6 +320,20 @@ describe('429 rate_limited', () => {
     const otherKey = other ?? (await waitFor(() => keyFor(limited, 'other-user'), { what: 'a token to issue a key' }))
     expect((await limited.call('GET', '/v1/workspaces', { key: otherKey })).status).toBe(200)
   })
+
+  test('the refusal wins over everything else (its answer is awaited after parsing): no write, no 400, no 404', async () => {
+    const key = (await keyFor(limited, 'limit-writer').catch(() => null)) ?? (await waitFor(() => keyFor(limited, 'limit-writer'), { what: 'a token to issue a key' }))
+    for (let i = 0; i < 20; i++) if ((await limited.call('GET', '/v1/workspaces', { key })).status === 429) break
+    const refused = [
+      await limited.call('POST', '/v1/workspaces', { key, body: { name: 'refused by the rate limit' } }),
+      await limited.call('POST', '/v1/workspaces', { key, body: { name: 42 } }),
+      await limited.call('POST', '/v1/workspaces', { key, raw: '{not json', headers: { 'content-type': 'application/json' } }),
+      await limited.call('GET', '/v1/no-such-route', { key }),
+      await limited.call('POST', '/v1/webhooks', { key, body: { url: 'https://example.com/hook', events: ['webhook.test'] } }),
+    ]
+    for (const res of refused) expectError(res, 429, 'rate_limited')
+    expect(await limited.deps.db.sql`select 1 from workspaces where name = 'refused by the rate limit'`).toHaveLength(0)
+  })
 })
 
 describe('X-Request-Id', () => {
