@@ -7,6 +7,7 @@ import { checkBudgetRow } from '../credits'
 import { periodStart } from '../../store/credits'
 import type { WorkspaceAccessRow } from '../../store/workspaces'
 import { round6 } from '../../lib/usage'
+import { vectorText } from '../../store/vector-text'
 
 /** top_k 1..100, default 5 (docs/knowledge.md, "Search"). */
 export const DEFAULT_TOP_K = 5
@@ -96,7 +97,8 @@ export async function searchBase(deps: Deps, kb: store.KnowledgeBaseRow, input: 
   const lists = await store.searchChunks(deps.db, {
     kbId: kb.id,
     dims: kb.dimensions,
-    vector: directionless ? null : `[${vector.join(',')}]`,
+    // The float4 values pgvector keeps, in their shortest text (~30 % less to send and parse than `join`'s).
+    vector: directionless ? null : vectorText(vector),
     text: query,
     filters,
     limit,
