@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Tx } from '../../src/store/db'
+import { fuse as fuseLists } from '../../src/domain/knowledge/search'
 import * as store from '../../src/store/knowledge'
 import { startWorkers, type Workers } from '../../src/workers'
 import { fakeVector, startFakeProvider, type FakeProvider } from '../helpers/fake-provider'
@@ -199,6 +200,27 @@ describe('384 dimensions (local-embed)', () => {
     expect(executed.filter(touchesChunks).filter((n) => !/chunks_(tsv_idx|pkey)$|^Bitmap Heap Scan on chunks$|chunks_unindexed/.test(n))).toEqual([])
     expect(rows.fulltext.length).toBe(ZEPHYR)
     for (const r of rows.fulltext) expect(r.content).toStartWith('zephyr filler ')
+  })
+
+  test('hybrid: the fusion in SQL answers what the domain\'s fuse of the two lists answers (ids, order, scores, distances), with or without a vector or a filter', async () => {
+    const cases: [string | null, string, Record<string, unknown>][] = [
+      [randomVector(384), 'zephyr filler', {}],
+      [randomVector(384), 'filler', { tag: 'common' }],
+      [randomVector(384), 'zephyr', { tag: 'rare' }],
+      [randomVector(384), 'hubs pair over thread', {}],
+      [randomVector(384), 'nothing matches this', {}],
+      [null, 'zephyr filler', {}],
+    ]
+    for (const [vector, text, filters] of cases) {
+      for (const fuse of [1, 5, 10, 20]) {
+        const limit = Math.max(fuse * 2, 20)
+        const q = { ...search384(kb, vector as string, limit, filters), vector, text, mode: 'hybrid' as const }
+        const lists = await store.searchChunks(h.deps.db, q)
+        const expected = fuseLists([lists.vector, lists.fulltext]).slice(0, fuse)
+        const got = (await store.searchChunks(h.deps.db, { ...q, fuse })).fused
+        expect(got.map(({ score, ...hit }) => ({ hit, score }))).toEqual(expected)
+      }
+    }
   })
 
   test('a selective filter goes exact: the metadata index (GIN, jsonb_path_ops) finds its few chunks, which are sorted by distance; the graph is not walked', async () => {

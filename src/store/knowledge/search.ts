@@ -26,7 +26,18 @@ export interface SearchQuery {
   /** Rows of each list. */
   limit: number
   mode: SearchMode
+  /**
+   * Hybrid only: answer the reciprocal rank fusion of the two lists (`fused`, its best `fuse` rows)
+   * instead of the lists themselves: only the rows answered are read whole and sent.
+   */
+  fuse?: number
 }
+
+/** A row of the fused list: its score is the domain's `fuse` over both lists (search.ts in domain/knowledge). */
+export type FusedHit = ChunkHit & { score: number }
+
+/** Reciprocal rank fusion's constant (Cormack et al.): damps the weight of the first few ranks. */
+export const RRF_K = 60
 
 /** `metadata @> {k: v}` per key, ORed over an array's values: the GIN index (jsonb_path_ops) serves each. */
 function filterClause(sql: Sql, alias: string, filters: Record<string, unknown>) {
@@ -106,10 +117,10 @@ export interface SearchPools {
  * - full text: the GIN index's candidates in both parts, ranked by ts_rank over "any of the query's
  *   words" (an AND of every word would find nothing for most questions), FULLTEXT_POOL of each kind.
  */
-export async function searchChunks(db: SearchPools, q: SearchQuery): Promise<{ vector: ChunkHit[]; fulltext: ChunkHit[] }> {
+export async function searchChunks(db: SearchPools, q: SearchQuery): Promise<{ vector: ChunkHit[]; fulltext: ChunkHit[]; fused: FusedHit[] }> {
   const wantVector = q.mode !== 'fulltext' && q.vector !== null
   const wantText = q.mode !== 'vector' && q.text !== null && q.text.trim() !== ''
-  if (!wantVector && !wantText) return { vector: [], fulltext: [] }
+  if (!wantVector && !wantText) return { vector: [], fulltext: [], fused: [] }
   const ef = efSearchFor(q.limit)
   const pool = db.search
   let rows: Row[]
@@ -124,11 +135,15 @@ export async function searchChunks(db: SearchPools, q: SearchQuery): Promise<{ v
   }
   const vector: ChunkHit[] = []
   const fulltext: ChunkHit[] = []
-  for (const { list, ...hit } of rows) (list === 'v' ? vector : fulltext).push(hit)
-  return { vector, fulltext }
+  const fused: FusedHit[] = []
+  for (const { list, rank, ...hit } of rows) {
+    if (list === 'f') fused.push({ ...hit, score: rank })
+    else (list === 'v' ? vector : fulltext).push(hit)
+  }
+  return { vector, fulltext, fused }
 }
 
-type Row = ChunkHit & { list: 'v' | 't' }
+type Row = ChunkHit & { list: 'v' | 't' | 'f'; rank: number }
 
 function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText: boolean) {
   const { type: vt, half: ht, dims } = sizeOf(tx, q.dims)
@@ -224,6 +239,32 @@ function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText:
     select 't' as list, t.id as chunk_id, t.document_id, ${name('t')} as document_name, t.content, t.metadata,
            case when t.dims = ${dims} and ${vec} is not null then t.embedding::${vt} <=> ${vec} else 'NaN'::float8 end as distance, t.rank
     from t`
+  if (q.mode === 'hybrid' && q.fuse !== undefined) {
+    // The domain's reciprocal rank fusion (fuse in domain/knowledge/search.ts), here so that only the
+    // rows answered are read whole and sent (a hybrid search's lists are twice as deep as its
+    // answer): Σ 1 / (RRF_K + 1 + rank) over the two lists, in the same float8 operations and order,
+    // over what a chunk first in both would get; ties as there, by first appearance (the vector
+    // list's rank, then the full-text-only chunks in their list's order).
+    if (!Number.isInteger(q.fuse) || q.fuse < 1) throw new Error(`bad fuse ${q.fuse}`)
+    const k1 = tx.unsafe(String(RRF_K + 1))
+    parts.push(wantVector ? tx`vr as (select v.*, row_number() over (order by v.distance, v.id) - 1 as r from v)` : tx`vr as (select null::text as id, null::text as document_id, null::text as content, null::jsonb as metadata, null::float8 as distance, null::bigint as r where false)`)
+    parts.push(wantText ? tx`tr as (select t.*, row_number() over (order by t.rank desc, t.id) - 1 as r from t)` : tx`tr as (select null::text as id, null::text as document_id, null::text as content, null::jsonb as metadata, null::integer as dims, null::vector as embedding, null::bigint as r where false)`)
+    parts.push(tx`f as (
+      select coalesce(vr.id, tr.id) as id, coalesce(vr.document_id, tr.document_id) as document_id, coalesce(vr.content, tr.content) as content,
+             coalesce(vr.metadata, tr.metadata) as metadata,
+             case when vr.id is not null then vr.distance when tr.dims = ${dims} and ${vec} is not null then tr.embedding::${vt} <=> ${vec} else 'NaN'::float8 end as distance,
+             (coalesce(1::float8 / (${k1} + vr.r), 0) + coalesce(1::float8 / (${k1} + tr.r), 0)) / (2::float8 / ${k1}) as score,
+             vr.id is null as text_only, coalesce(vr.r, tr.r) as r
+      from vr full join tr on tr.id = vr.id
+      order by 6 desc, 7, 8
+      limit ${q.fuse}
+    )`)
+    return tx<Row[]>`
+      with ${parts.reduce((a, b) => tx`${a}, ${b}`)}
+      select 'f' as list, f.id as chunk_id, f.document_id, ${name('f')} as document_name, f.content, f.metadata, f.distance, f.score as rank
+      from f
+      order by f.score desc, f.text_only, f.r`
+  }
   const select = wantVector && wantText ? tx`${vectorRows} union all ${textRows}` : wantVector ? vectorRows : textRows
   return tx<Row[]>`
     with ${parts.reduce((a, b) => tx`${a}, ${b}`)}
