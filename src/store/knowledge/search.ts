@@ -1,5 +1,5 @@
 import type { Pool, Sql } from '../db'
-import { EXACT_MAX } from './vector-index'
+import { EXACT_MAX, halfOf } from './vector-index'
 
 /** Search over the chunks of a base: vector (HNSW or exact) and full text, over both parts of the base. */
 export interface ChunkHit {
@@ -56,7 +56,7 @@ function filterClause(sql: Sql, alias: string, filters: Record<string, unknown>)
  */
 function sizeOf(sql: Sql, dims: number) {
   if (!Number.isInteger(dims) || dims < 1 || dims > 2000) throw new Error(`bad dimensions ${dims}`)
-  return { type: sql.unsafe(`vector(${dims})`), half: sql.unsafe(`halfvec(${dims})`), dims: sql.unsafe(String(dims)) }
+  return { type: sql.unsafe(`vector(${dims})`), graph: sql.unsafe(halfOf('c.embedding', dims)), queryHalf: sql.unsafe(halfOf('v', dims)), dims: sql.unsafe(String(dims)) }
 }
 
 /**
@@ -146,7 +146,7 @@ export async function searchChunks(db: SearchPools, q: SearchQuery): Promise<{ v
 type Row = ChunkHit & { list: 'v' | 't' | 'f'; rank: number }
 
 function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText: boolean) {
-  const { type: vt, half: ht, dims } = sizeOf(tx, q.dims)
+  const { type: vt, graph, queryHalf, dims } = sizeOf(tx, q.dims)
   const fc = filterClause(tx, 'c', q.filters)
   const fu = filterClause(tx, 'u', q.filters)
   const fd = filterClause(tx, 'd', q.filters)
@@ -155,14 +155,15 @@ function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText:
   // the metadata index's rows cheap. The walk only runs when the gate counted more than EXACT_MAX
   // matching chunks, which is when walking is right.
   const fw = Object.keys(q.filters).length > 0 ? tx`and (true ${fc}) is not false` : tx``
-  // The query vector is sent and parsed once (a CTE), not once per use; `h` is its halfvec, the graph's type.
+  // The query vector is sent and parsed once (a CTE), not once per use; `h` is it as the graph holds
+  // its vectors (normalised, halfvec: vector-index.ts).
   const vec = wantVector ? tx`(select v from qv)` : tx`null::${vt}`
-  const parts = wantVector ? [tx`qv as (select v, v::${ht} as h from (select ${q.vector}::${vt} as v) x)`] : []
+  const parts = wantVector ? [tx`qv as (select v, ${queryHalf} as h from (select ${q.vector}::${vt} as v) x)`] : []
   if (wantVector) {
     // The gate counts from the documents (a chunk's metadata is its document's), in document order,
     // and stops as soon as the running count of searched chunks passes EXACT_MAX: a few rows of a
     // base of large documents, at most EXACT_MAX + 1 of one of one-chunk documents.
-    // The walk goes through the graph's halfvec copies (vector-index.ts), in their order; each row's
+    // The walk goes through the graph's normalised halfvec copies (vector-index.ts), in their order; each row's
     // distance is the stored vector's, and `v` orders by it, as it orders the exact parts.
     // `walked` is exact-checked: a walk answering fewer rows than asked (a filter, or a base, that is
     // a sliver of the index: the iterative scan gives up after hnsw.max_scan_tuples) is answered by
@@ -181,7 +182,7 @@ function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText:
       select c.id, c.document_id, c.content, c.metadata, c.embedding::${vt} <=> ${vec} as distance
       from chunks c
       where (select walk from gate) and c.dims = ${dims} and c.knowledge_base_id = ${q.kbId} ${fw}
-      order by c.embedding::${ht} <=> (select h from qv)
+      order by ${graph} <=> (select h from qv)
       limit ${q.limit}
     ), scanned as (
       select c.id, c.document_id, c.content, c.metadata, c.embedding::${vt} <=> ${vec} as distance
