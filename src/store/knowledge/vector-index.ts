@@ -25,7 +25,7 @@ const checkDims = (dims: number) => {
 /**
  * The graph holds each vector normalised to length 1 (the same cosine distances) as halfvec (16-bit
  * floats, at most ±65 504, which normalised components never pass): half the index of vector's,
- * which stays in PostgreSQL's buffers. The walk only picks candidates, whose distances are then
+ * so it stays in PostgreSQL's buffers (its distances are not cheaper here). The walk only picks candidates, whose distances are then
  * computed from the stored vectors (search.ts). Recall measured in bench/README.md, "Knowledge at
  * scale". The expression must be the search's own (`halfOf`) for the planner to use the index.
  */
