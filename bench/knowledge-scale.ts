@@ -38,7 +38,9 @@
  * Sizes: CHUNKS (100 000; below that the defaults shrink for a quick run), DOCS, CHUNKS_PER_DOC (100),
  * CONCURRENCY (16), REMOTE_CONCURRENCY (8), SECONDS (60), SEARCH_SECONDS (10), RECALL_QUERIES (200),
  * RECALL_BUILDS (5), LOCAL_RECALL (1; 0 in a quick run), PHASES (a comma list of ingest, remote, trickle, search, recall;
- * default all). Writes bench/results/knowledge-scale[-server]-latest.json.
+ * default all), SERVICE_BUN_FLAGS (flags for the service's `bun`, e.g. `--cpu-prof-md --cpu-prof-dir=DIR`
+ * for a profile of each service process, written when it stops), KEEP_DATABASE (1: server mode leaves
+ * its database, named in the log, instead of dropping it). Writes bench/results/knowledge-scale[-server]-latest.json.
  */
 import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -66,6 +68,10 @@ const TOP_K = 10
 const RECALL_QUERIES = Number(process.env.RECALL_QUERIES ?? (QUICK ? 50 : 200))
 const RECALL_BUILDS = Number(process.env.RECALL_BUILDS ?? (QUICK ? 2 : 5))
 const LOCAL_RECALL = (process.env.LOCAL_RECALL ?? (QUICK ? '0' : '1')) !== '0'
+/** Flags for the service's `bun` (e.g. `--cpu-prof-md --cpu-prof-dir=/tmp/prof` to profile it), space-separated. */
+const SERVICE_BUN_FLAGS = (process.env.SERVICE_BUN_FLAGS ?? '').split(' ').filter(Boolean)
+/** Server mode: leave the bench's database for a look afterwards (EXPLAIN); dropped otherwise. */
+const KEEP_DATABASE = process.env.KEEP_DATABASE === '1'
 const PHASES = new Set((process.env.PHASES ?? 'ingest,remote,trickle,search,recall').split(','))
 const RARE = { shard: 'rare' }
 const SERVER = process.env.DATABASE_URL && process.env.REDIS_URL ? { db: process.env.DATABASE_URL, redis: process.env.REDIS_URL } : null
@@ -108,7 +114,7 @@ let modelsFile = ''
 function startService(tag: string): Promise<Server> {
   const port = freePort()
   return startServer({
-    cmd: ['bun', 'run', 'src/main.ts'],
+    cmd: ['bun', ...SERVICE_BUN_FLAGS, 'run', 'src/main.ts'],
     env: {
       PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, BOOTSTRAP_API_KEY: ROOT_KEY, DATABASE_URL: databaseUrl, REDIS_URL: SERVER ? redisDb15(SERVER.redis) : '',
       RATE_LIMIT_PER_SECOND: '1000000000', RATE_LIMIT_BURST: '1000000000', LOG_LEVEL: 'warn', MODELS_FILE: modelsFile,
@@ -396,7 +402,7 @@ function request() n = n + 1; return wrk.format(nil, nil, nil, bodies[(n % #bodi
   // Everything else on the machine meanwhile (PostgreSQL in server mode, wrk, other tenants' runs).
   const others = machineCpuMs().busy - m0.busy - cpu
   return {
-    connections, rate: result.rps, p50_ms: result.p50, p99_ms: result.p99, service_cpu_us_per_search: Math.round((cpu * 1000) / result.requests),
+    connections, rate: result.rps, p50_ms: result.p50, p90_ms: result.p90, p99_ms: result.p99, max_ms: result.max, service_cpu_us_per_search: Math.round((cpu * 1000) / result.requests),
     other_cores: round3(Math.max(0, others) / (result.seconds * 1000)),
   }
 }
@@ -420,7 +426,10 @@ async function searchCeiling(db: Database, kbId: string, filters: Record<string,
     }),
   )
   const sorted = Float64Array.from(latencies).sort()
-  return { connections, rate: Math.round((latencies.length * 1000) / (performance.now() - t0)), p50_ms: round3(percentile(sorted, 50)), p99_ms: round3(percentile(sorted, 99)) }
+  return {
+    connections, rate: Math.round((latencies.length * 1000) / (performance.now() - t0)), p50_ms: round3(percentile(sorted, 50)), p90_ms: round3(percentile(sorted, 90)),
+    p99_ms: round3(percentile(sorted, 99)), max_ms: round3(sorted[sorted.length - 1]!),
+  }
 }
 
 // ---- (6) recall@10 ----
@@ -695,5 +704,6 @@ try {
 } finally {
   killAll()
   removeDir(work)
-  if (databaseUrl) await adminSql(`drop database if exists ${new URL(databaseUrl).pathname.slice(1)} with (force)`).catch(() => {})
+  if (databaseUrl && KEEP_DATABASE) log(`the database is kept: ${new URL(databaseUrl).pathname.slice(1)}`)
+  else if (databaseUrl) await adminSql(`drop database if exists ${new URL(databaseUrl).pathname.slice(1)} with (force)`).catch(() => {})
 }

@@ -4,7 +4,6 @@
  * the unindexed part (`chunks_unindexed`, searched exactly), moved into `chunks` (HNSW) by the
  * chunk indexer (src/store/knowledge/vector-index.ts).
  */
-import { fuse } from '../src/domain/knowledge/search'
 import { newId } from '../src/lib/ids'
 import { DOCUMENT_MACHINE_VERSION, documentMachine, type DocumentContext } from '../src/machines/document.machine'
 import { start, type Persisted } from '../src/machines/runner'
@@ -64,10 +63,10 @@ export async function loadDocument(sql: Sql, kb: { id: string; workspace_id: str
   await sql`update documents set generation = 1, live_generation = 1, chunks_count = ${rows.length}, indexed_at = now() where id = ${doc.id}`
 }
 
-/** A hybrid search as the service runs it for top_k: both lists 2 × top_k deep (at least 20), fused. */
+/** A hybrid search as the service runs it for top_k: both lists 2 × top_k deep (at least 20), fused (in the statement, as the service asks). */
 export async function hybridSearch(db: SearchPools, q: { kbId: string; vector: string; text: string; filters: Record<string, unknown>; topK: number }) {
-  const lists = await searchChunks(db, { kbId: q.kbId, dims: DIMS, vector: q.vector, text: q.text, filters: q.filters, limit: Math.max(q.topK * 2, 20), mode: 'hybrid' })
-  return fuse([lists.vector, lists.fulltext]).slice(0, q.topK)
+  const lists = await searchChunks(db, { kbId: q.kbId, dims: DIMS, vector: q.vector, text: q.text, filters: q.filters, limit: Math.max(q.topK * 2, 20), mode: 'hybrid', fuse: q.topK })
+  return lists.fused.map(({ score, ...hit }) => ({ hit, score }))
 }
 
 /** The ids of the store's vector search (the service's statement: the graph walk, or exact below its threshold). */

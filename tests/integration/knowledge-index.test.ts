@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Tx } from '../../src/store/db'
+import { fuse as fuseLists } from '../../src/domain/knowledge/search'
 import * as store from '../../src/store/knowledge'
 import { startWorkers, type Workers } from '../../src/workers'
 import { fakeVector, startFakeProvider, type FakeProvider } from '../helpers/fake-provider'
@@ -201,6 +202,27 @@ describe('384 dimensions (local-embed)', () => {
     for (const r of rows.fulltext) expect(r.content).toStartWith('zephyr filler ')
   })
 
+  test('hybrid: the fusion in SQL answers what the domain\'s fuse of the two lists answers (ids, order, scores, distances), with or without a vector or a filter', async () => {
+    const cases: [string | null, string, Record<string, unknown>][] = [
+      [randomVector(384), 'zephyr filler', {}],
+      [randomVector(384), 'filler', { tag: 'common' }],
+      [randomVector(384), 'zephyr', { tag: 'rare' }],
+      [randomVector(384), 'hubs pair over thread', {}],
+      [randomVector(384), 'nothing matches this', {}],
+      [null, 'zephyr filler', {}],
+    ]
+    for (const [vector, text, filters] of cases) {
+      for (const fuse of [1, 5, 10, 20]) {
+        const limit = Math.max(fuse * 2, 20)
+        const q = { ...search384(kb, vector as string, limit, filters), vector, text, mode: 'hybrid' as const }
+        const lists = await store.searchChunks(h.deps.db, q)
+        const expected = fuseLists([lists.vector, lists.fulltext]).slice(0, fuse)
+        const got = (await store.searchChunks(h.deps.db, { ...q, fuse })).fused
+        expect(got.map(({ score, ...hit }) => ({ hit, score }))).toEqual(expected)
+      }
+    }
+  })
+
   test('a selective filter goes exact: the metadata index (GIN, jsonb_path_ops) finds its few chunks, which are sorted by distance; the graph is not walked', async () => {
     const sql = h.deps.db.sql
     const alone = await sql.begin((tx) => explain(tx, `select id from chunks where metadata @> '{"tag": "rare"}'`))
@@ -357,7 +379,11 @@ describe('another embedding size (8 dimensions, an OpenAI-kind provider)', () =>
     const kb = await createBase({ name: 'Eight', embedding_model: 'fake-embed-8', retrieval: { mode: 'vector' } })
     const created = await indexes()
     expect(created.map((i) => i.indexname)).toEqual(['chunks_hnsw_384_idx', 'chunks_hnsw_8_idx'])
-    expect(created[1]!.indexdef).toMatch(/USING hnsw \(\(\(?embedding\)?::vector\(8\)\) vector_cosine_ops\) WITH \(m='16', ef_construction='64'\) WHERE \(dims = 8\)$/)
+    // The graph holds normalised halfvec (16-bit) copies of the vectors, as the 384-dimension one does.
+    for (const [i, dims] of created.map((c, k) => [c, k === 0 ? 384 : 8] as const)) {
+      expect(i.indexdef.replace(/[()]/g, '')).toContain(`USING hnsw l2_normalizeembedding::vector${dims}::halfvec${dims} halfvec_cosine_ops`)
+      expect(i.indexdef).toMatch(new RegExp(`WITH \\(m='16', ef_construction='64'\\) WHERE \\(dims = ${dims}\\)$`))
+    }
 
     const texts = { 'a.txt': 'Hubs pair over Thread.', 'b.txt': 'Sensors report every minute.', 'c.txt': 'Thermostats learn a schedule.' }
     const [docA] = await uploadReady(kb, texts)
@@ -379,5 +405,16 @@ describe('another embedding size (8 dimensions, an OpenAI-kind provider)', () =>
     expect(executed).toContain('Index Scan using chunks_hnsw_8_idx')
     expect(executed).not.toContain('Index Scan using chunks_hnsw_384_idx')
     expect(rows.vector.length).toBe(10)
+
+    // A model's vector with components past halfvec's ±65 504 is indexed (normalised first) and found
+    // by its direction, its distance computed from the stored vector.
+    const big = `[1000000,2000000,${'0,'.repeat(5)}1]`
+    await sql`insert into chunks (id, knowledge_base_id, document_id, generation, position, content, tokens, metadata, dims, embedding)
+      select 'chk_big8', ${kb}, d.id, d.live_generation, 99999, 'large components', 2, '{}', 8, ${big}::vector from documents d where d.id = ${docA!}`
+    await sql`update documents set chunks_count = chunks_count + 1 where id = ${docA!}`
+    const found = await searched({ kbId: kb, dims: 8, vector: `[0.5,1,0,0,0,0,0,0]`, text: null, filters: {}, limit: 10, mode: 'vector' })
+    expect(found.executed).toContain('Index Scan using chunks_hnsw_8_idx')
+    expect(found.rows.vector[0]!.chunk_id).toBe('chk_big8')
+    expect(found.rows.vector[0]!.distance).toBeCloseTo(0, 6)
   }, 120_000)
 })

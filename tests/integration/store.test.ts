@@ -97,6 +97,26 @@ describe('migrations', () => {
     expect(ext).toBeDefined()
   })
 
+  test('00020: a vector index built on vector (before it) is built again on halfvec, under its name; one on halfvec is left alone', async () => {
+    const m = loadMigrations().find((x) => x.version === 20)!
+    expect(m.name).toBe('halfvec_index')
+    const defs = async () =>
+      Object.fromEntries((await db.sql<{ indexname: string; indexdef: string }[]>`select indexname, indexdef from pg_indexes where tablename = 'chunks' and indexname like 'chunks_hnsw_%'`).map((r) => [r.indexname, r.indexdef]))
+    await db.sql.unsafe(`create index chunks_hnsw_7_idx on chunks using hnsw ((embedding::vector(7)) vector_cosine_ops) where dims = 7`)
+    try {
+      const before = await defs()
+      expect(before.chunks_hnsw_384_idx).toContain('halfvec_cosine_ops')
+      expect(before.chunks_hnsw_7_idx).toContain('vector_cosine_ops')
+      await db.sql.begin((tx) => tx.unsafe(m.sql))
+      const after = await defs()
+      expect(after.chunks_hnsw_384_idx).toBe(before.chunks_hnsw_384_idx!)
+      expect(after.chunks_hnsw_7_idx!.replace(/[()]/g, '')).toContain('USING hnsw l2_normalizeembedding::vector7::halfvec7 halfvec_cosine_ops')
+      expect(after.chunks_hnsw_7_idx).toMatch(/WITH \(m='16', ef_construction='64'\) WHERE \(dims = 7\)$/)
+    } finally {
+      await db.sql`drop index if exists chunks_hnsw_7_idx`
+    }
+  })
+
   test('every foreign key to workspaces cascades, and every workspace_id column has one', async () => {
     const fks = await db.sql<{ table: string; column: string; deltype: string }[]>`
       select c.conrelid::regclass::text as table, a.attname as column, c.confdeltype as deltype

@@ -11,8 +11,8 @@ import { round6 } from '../../lib/usage'
 /** top_k 1..100, default 5 (docs/knowledge.md, "Search"). */
 export const DEFAULT_TOP_K = 5
 export const MAX_TOP_K = 100
-/** Reciprocal rank fusion's constant (Cormack et al.): damps the weight of the first few ranks. */
-const RRF_K = 60
+/** Reciprocal rank fusion's constant (Cormack et al.), shared with the store's fusion in SQL. */
+const RRF_K = store.RRF_K
 const MAX_FILTER_KEYS = 20
 const MAX_FILTER_VALUES = 100
 
@@ -96,18 +96,22 @@ export async function searchBase(deps: Deps, kb: store.KnowledgeBaseRow, input: 
   const lists = await store.searchChunks(deps.db, {
     kbId: kb.id,
     dims: kb.dimensions,
-    vector: directionless ? null : `[${vector.join(',')}]`,
+    // pgvector's text form is the JSON array's: JSON.stringify writes it in ~20 µs for 384 numbers,
+    // about half of `[${join}]` and a third of vectorText (whose shorter text saves PostgreSQL less).
+    vector: directionless ? null : JSON.stringify(vector),
     text: query,
     filters,
     limit,
     mode: kb.retrieval_mode,
+    // Hybrid: the store fuses the two lists as `fuse` does, and sends only the pool's rows.
+    fuse: pool,
   })
   const hits: Ranked[] =
     kb.retrieval_mode === 'vector'
       ? lists.vector.map((hit) => ({ hit, score: similarity(hit.distance) }))
       : kb.retrieval_mode === 'fulltext'
         ? fuse([lists.fulltext])
-        : fuse([lists.vector, lists.fulltext]).slice(0, pool)
+        : lists.fused.map(({ score, ...hit }) => ({ hit, score }))
   if (!input.rerank || hits.length === 0) return hits.slice(0, topK).map((h) => toResult(h.hit, h.score))
   const reranker = deps.models.model(kb.rerank_model, 'rerank')
   const ranked = await deps.models.rerank(call, reranker, query, hits.map((h) => h.hit.content), topK, signal)

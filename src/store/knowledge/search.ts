@@ -1,5 +1,5 @@
 import type { Pool, Sql } from '../db'
-import { EXACT_MAX } from './vector-index'
+import { EXACT_MAX, halfOf } from './vector-index'
 
 /** Search over the chunks of a base: vector (HNSW or exact) and full text, over both parts of the base. */
 export interface ChunkHit {
@@ -26,7 +26,18 @@ export interface SearchQuery {
   /** Rows of each list. */
   limit: number
   mode: SearchMode
+  /**
+   * Hybrid only: answer the reciprocal rank fusion of the two lists (`fused`, its best `fuse` rows)
+   * instead of the lists themselves: only the rows answered are read whole and sent.
+   */
+  fuse?: number
 }
+
+/** A row of the fused list: its score is the domain's `fuse` over both lists (search.ts in domain/knowledge). */
+export type FusedHit = ChunkHit & { score: number }
+
+/** Reciprocal rank fusion's constant (Cormack et al.): damps the weight of the first few ranks. */
+export const RRF_K = 60
 
 /** `metadata @> {k: v}` per key, ORed over an array's values: the GIN index (jsonb_path_ops) serves each. */
 function filterClause(sql: Sql, alias: string, filters: Record<string, unknown>) {
@@ -45,7 +56,7 @@ function filterClause(sql: Sql, alias: string, filters: Record<string, unknown>)
  */
 function sizeOf(sql: Sql, dims: number) {
   if (!Number.isInteger(dims) || dims < 1 || dims > 2000) throw new Error(`bad dimensions ${dims}`)
-  return { type: sql.unsafe(`vector(${dims})`), dims: sql.unsafe(String(dims)) }
+  return { type: sql.unsafe(`vector(${dims})`), graph: sql.unsafe(halfOf('c.embedding', dims)), queryHalf: sql.unsafe(halfOf('v', dims)), dims: sql.unsafe(String(dims)) }
 }
 
 /**
@@ -106,10 +117,10 @@ export interface SearchPools {
  * - full text: the GIN index's candidates in both parts, ranked by ts_rank over "any of the query's
  *   words" (an AND of every word would find nothing for most questions), FULLTEXT_POOL of each kind.
  */
-export async function searchChunks(db: SearchPools, q: SearchQuery): Promise<{ vector: ChunkHit[]; fulltext: ChunkHit[] }> {
+export async function searchChunks(db: SearchPools, q: SearchQuery): Promise<{ vector: ChunkHit[]; fulltext: ChunkHit[]; fused: FusedHit[] }> {
   const wantVector = q.mode !== 'fulltext' && q.vector !== null
   const wantText = q.mode !== 'vector' && q.text !== null && q.text.trim() !== ''
-  if (!wantVector && !wantText) return { vector: [], fulltext: [] }
+  if (!wantVector && !wantText) return { vector: [], fulltext: [], fused: [] }
   const ef = efSearchFor(q.limit)
   const pool = db.search
   let rows: Row[]
@@ -124,14 +135,18 @@ export async function searchChunks(db: SearchPools, q: SearchQuery): Promise<{ v
   }
   const vector: ChunkHit[] = []
   const fulltext: ChunkHit[] = []
-  for (const { list, ...hit } of rows) (list === 'v' ? vector : fulltext).push(hit)
-  return { vector, fulltext }
+  const fused: FusedHit[] = []
+  for (const { list, rank, ...hit } of rows) {
+    if (list === 'f') fused.push({ ...hit, score: rank })
+    else (list === 'v' ? vector : fulltext).push(hit)
+  }
+  return { vector, fulltext, fused }
 }
 
-type Row = ChunkHit & { list: 'v' | 't' }
+type Row = ChunkHit & { list: 'v' | 't' | 'f'; rank: number }
 
 function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText: boolean) {
-  const { type: vt, dims } = sizeOf(tx, q.dims)
+  const { type: vt, graph, queryHalf, dims } = sizeOf(tx, q.dims)
   const fc = filterClause(tx, 'c', q.filters)
   const fu = filterClause(tx, 'u', q.filters)
   const fd = filterClause(tx, 'd', q.filters)
@@ -140,13 +155,16 @@ function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText:
   // the metadata index's rows cheap. The walk only runs when the gate counted more than EXACT_MAX
   // matching chunks, which is when walking is right.
   const fw = Object.keys(q.filters).length > 0 ? tx`and (true ${fc}) is not false` : tx``
-  // The query vector is sent and parsed once (a CTE), not once per use.
+  // The query vector is sent and parsed once (a CTE), not once per use; `h` is it as the graph holds
+  // its vectors (normalised, halfvec: vector-index.ts).
   const vec = wantVector ? tx`(select v from qv)` : tx`null::${vt}`
-  const parts = wantVector ? [tx`qv as (select ${q.vector}::${vt} as v)`] : []
+  const parts = wantVector ? [tx`qv as (select v, ${queryHalf} as h from (select ${q.vector}::${vt} as v) x)`] : []
   if (wantVector) {
     // The gate counts from the documents (a chunk's metadata is its document's), in document order,
     // and stops as soon as the running count of searched chunks passes EXACT_MAX: a few rows of a
     // base of large documents, at most EXACT_MAX + 1 of one of one-chunk documents.
+    // The walk goes through the graph's normalised halfvec copies (vector-index.ts), in their order; each row's
+    // distance is the stored vector's, and `v` orders by it, as it orders the exact parts.
     // `walked` is exact-checked: a walk answering fewer rows than asked (a filter, or a base, that is
     // a sliver of the index: the iterative scan gives up after hnsw.max_scan_tuples) is answered by
     // the exact sort instead, so a search never answers fewer chunks than there are.
@@ -164,7 +182,7 @@ function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText:
       select c.id, c.document_id, c.content, c.metadata, c.embedding::${vt} <=> ${vec} as distance
       from chunks c
       where (select walk from gate) and c.dims = ${dims} and c.knowledge_base_id = ${q.kbId} ${fw}
-      order by c.embedding::${vt} <=> ${vec}
+      order by ${graph} <=> (select h from qv)
       limit ${q.limit}
     ), scanned as (
       select c.id, c.document_id, c.content, c.metadata, c.embedding::${vt} <=> ${vec} as distance
@@ -222,6 +240,32 @@ function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText:
     select 't' as list, t.id as chunk_id, t.document_id, ${name('t')} as document_name, t.content, t.metadata,
            case when t.dims = ${dims} and ${vec} is not null then t.embedding::${vt} <=> ${vec} else 'NaN'::float8 end as distance, t.rank
     from t`
+  if (q.mode === 'hybrid' && q.fuse !== undefined) {
+    // The domain's reciprocal rank fusion (fuse in domain/knowledge/search.ts), here so that only the
+    // rows answered are read whole and sent (a hybrid search's lists are twice as deep as its
+    // answer): Σ 1 / (RRF_K + 1 + rank) over the two lists, in the same float8 operations and order,
+    // over what a chunk first in both would get; ties as there, by first appearance (the vector
+    // list's rank, then the full-text-only chunks in their list's order).
+    if (!Number.isInteger(q.fuse) || q.fuse < 1) throw new Error(`bad fuse ${q.fuse}`)
+    const k1 = tx.unsafe(String(RRF_K + 1))
+    parts.push(wantVector ? tx`vr as (select v.*, row_number() over (order by v.distance, v.id) - 1 as r from v)` : tx`vr as (select null::text as id, null::text as document_id, null::text as content, null::jsonb as metadata, null::float8 as distance, null::bigint as r where false)`)
+    parts.push(wantText ? tx`tr as (select t.*, row_number() over (order by t.rank desc, t.id) - 1 as r from t)` : tx`tr as (select null::text as id, null::text as document_id, null::text as content, null::jsonb as metadata, null::integer as dims, null::vector as embedding, null::bigint as r where false)`)
+    parts.push(tx`f as (
+      select coalesce(vr.id, tr.id) as id, coalesce(vr.document_id, tr.document_id) as document_id, coalesce(vr.content, tr.content) as content,
+             coalesce(vr.metadata, tr.metadata) as metadata,
+             case when vr.id is not null then vr.distance when tr.dims = ${dims} and ${vec} is not null then tr.embedding::${vt} <=> ${vec} else 'NaN'::float8 end as distance,
+             (coalesce(1::float8 / (${k1} + vr.r), 0) + coalesce(1::float8 / (${k1} + tr.r), 0)) / (2::float8 / ${k1}) as score,
+             vr.id is null as text_only, coalesce(vr.r, tr.r) as r
+      from vr full join tr on tr.id = vr.id
+      order by 6 desc, 7, 8
+      limit ${q.fuse}
+    )`)
+    return tx<Row[]>`
+      with ${parts.reduce((a, b) => tx`${a}, ${b}`)}
+      select 'f' as list, f.id as chunk_id, f.document_id, ${name('f')} as document_name, f.content, f.metadata, f.distance, f.score as rank
+      from f
+      order by f.score desc, f.text_only, f.r`
+  }
   const select = wantVector && wantText ? tx`${vectorRows} union all ${textRows}` : wantVector ? vectorRows : textRows
   return tx<Row[]>`
     with ${parts.reduce((a, b) => tx`${a}, ${b}`)}

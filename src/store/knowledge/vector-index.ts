@@ -22,8 +22,16 @@ const indexName = (dims: number) => `chunks_hnsw_${dims}_idx`
 const checkDims = (dims: number) => {
   if (!Number.isInteger(dims) || dims < 1 || dims > 2000) throw new Error(`no HNSW index for ${dims} dimensions`)
 }
+/**
+ * The graph holds each vector normalised to length 1 (the same cosine distances) as halfvec (16-bit
+ * floats, at most ±65 504, which normalised components never pass): half the index of vector's,
+ * so it stays in PostgreSQL's buffers (its distances are not cheaper here). The walk only picks candidates, whose distances are then
+ * computed from the stored vectors (search.ts). Recall measured in bench/README.md, "Knowledge at
+ * scale". The expression must be the search's own (`halfOf`) for the planner to use the index.
+ */
+export const halfOf = (expression: string, dims: number) => `l2_normalize(${expression}::vector(${dims}))::halfvec(${dims})`
 const createStatement = (dims: number) =>
-  `create index if not exists ${indexName(dims)} on chunks using hnsw ((embedding::vector(${dims})) vector_cosine_ops) with (m = ${HNSW_M}, ef_construction = ${HNSW_EF_CONSTRUCTION}) where dims = ${dims}`
+  `create index if not exists ${indexName(dims)} on chunks using hnsw ((${halfOf('embedding', dims)}) halfvec_cosine_ops) with (m = ${HNSW_M}, ef_construction = ${HNSW_EF_CONSTRUCTION}) where dims = ${dims}`
 
 /**
  * The partial HNSW index of one embedding size (`chunks_hnsw_<dims>_idx`), so every base's vector
