@@ -61,14 +61,19 @@ export async function insertChunks(
 }
 
 /**
- * Server mode's write of the same rows (docs/knowledge.md, "Indexing"): the guard, then the rows
- * through `COPY ... FROM STDIN (FORMAT binary)`, in one transaction that holds the document's row
- * (for share) as the insert's guard does. Each vector goes as its float4 values (pgvector's binary
- * form: 1.5 kB at 384 dimensions, read without parsing) instead of ~4.3 kB of text that PostgreSQL
- * parses a number at a time, and the rows go without a JSON document around them; the stored rows
- * are the same. COPY has no `on conflict`: a position written already (which the lease and
- * writtenPositions rule out) fails the COPY, and the batch is written again by insertChunks, which
- * skips it. Vectors given as text (none in server mode) go through insertChunks as well.
+ * Server mode's write of the same rows (docs/knowledge.md, "Writing chunks"): the guard, then the
+ * rows through `COPY ... FROM STDIN (FORMAT binary)`, in one transaction that holds the document's
+ * row (for share) as the insert's guard does. Each vector goes as its float4 values (pgvector's
+ * binary form: 1.5 kB at 384 dimensions, read without parsing) instead of ~4.3 kB of text that
+ * PostgreSQL parses a number at a time, and the rows go without a JSON document around them; the
+ * stored rows are the same.
+ *
+ * A COPY that PostgreSQL refuses is not reported by postgres.js once its data is sent (the stream
+ * never finishes), so nothing it could refuse is sent: rows whose values PostgreSQL would refuse (a
+ * value that is not a finite float4, a NUL character) and a batch with a position written already
+ * (COPY has no `on conflict`; the lease and writtenPositions rule it out, and the guard's statement
+ * checks it under the row's lock) go through insertChunks, which answers as it always has. A COPY
+ * that still does not finish within COPY_TIMEOUT_MS (a connection lost) fails the write.
  */
 export async function copyChunks(
   sql: Pool,
@@ -77,27 +82,52 @@ export async function copyChunks(
   chunks: ChunkInsert[],
 ): Promise<number | null> {
   if (chunks.length === 0) return 0
-  if (chunks.some((c) => typeof c.embedding === 'string' || c.embedding.length !== dims)) return insertChunks(sql, doc, dims, chunks)
-  const data = copyRows(doc, dims, chunks)
-  try {
-    return await sql.begin(async (tx) => {
-      const [g] = await tx`
-        select 1 from documents
-        where id = ${doc.id} and generation = ${doc.generation} and lease_owner = ${doc.owner} and status = 'embedding'
-        for share`
-      if (!g) return null
-      const stream = await tx`copy chunks_unindexed (id, knowledge_base_id, document_id, generation, position, content, heading_path, tokens, metadata, dims, embedding) from stdin (format binary)`.writable()
+  const metadata = JSON.stringify(doc.metadata)
+  if (!copyable(chunks, dims, metadata)) return insertChunks(sql, doc, dims, chunks)
+  const data = copyRows(doc, dims, chunks, metadata)
+  const positions = chunks.map((c) => c.position)
+  const copied = await sql.begin(async (tx) => {
+    const [g] = await tx<{ taken: boolean }[]>`
+      select exists (
+        select 1 from chunks_unindexed
+        where document_id = ${doc.id} and generation = ${doc.generation} and position = any(${positions}::int[])
+      ) as taken
+      from documents
+      where id = ${doc.id} and generation = ${doc.generation} and lease_owner = ${doc.owner} and status = 'embedding'
+      for share`
+    if (!g) return null
+    if (g.taken) return 'taken' as const
+    const stream = await tx`copy chunks_unindexed (id, knowledge_base_id, document_id, generation, position, content, heading_path, tokens, metadata, dims, embedding) from stdin (format binary)`.writable()
+    let timer: ReturnType<typeof setTimeout> | undefined
+    try {
       await new Promise<void>((resolve, reject) => {
         stream.on('error', reject)
         stream.on('finish', resolve)
+        timer = setTimeout(() => reject(new Error(`writing ${chunks.length} chunks with COPY did not finish within ${COPY_TIMEOUT_MS / 1000} s`)), COPY_TIMEOUT_MS)
         stream.end(data)
       })
-      return chunks.length
-    })
-  } catch (err) {
-    if ((err as { code?: string }).code === '23505') return insertChunks(sql, doc, dims, chunks)
-    throw err
+    } finally {
+      clearTimeout(timer)
+    }
+    return chunks.length
+  })
+  return copied === 'taken' ? insertChunks(sql, doc, dims, chunks) : copied
+}
+
+/** How long one batch's COPY may take (64 rows take milliseconds). */
+const COPY_TIMEOUT_MS = 30_000
+
+/** Whether PostgreSQL takes every value of these rows as COPY sends them (else insertChunks writes them). */
+function copyable(chunks: ChunkInsert[], dims: number, metadata: string): boolean {
+  // JSON.stringify escapes a NUL and a lone surrogate, both of which jsonb refuses.
+  if (metadata.includes('\\u0000') || /\\ud[89a-f]/i.test(metadata)) return false
+  for (const c of chunks) {
+    const v = c.embedding
+    if (typeof v === 'string' || v.length !== dims) return false
+    for (let k = 0; k < dims; k++) if (!Number.isFinite(Math.fround(v[k]!))) return false
+    if (c.content.includes('\0') || c.heading_path.some((h) => h.includes('\0'))) return false
   }
+  return true
 }
 
 const COPY_SIGNATURE = [0x50, 0x47, 0x43, 0x4f, 0x50, 0x59, 0x0a, 0xff, 0x0d, 0x0a, 0x00] // PGCOPY\n\377\r\n\0
@@ -105,11 +135,11 @@ const TEXT_OID = 25
 const encoder = new TextEncoder()
 
 /** The rows in COPY's binary format: a header, per row its 11 fields (length, then bytes), a trailer. */
-function copyRows(doc: { id: string; knowledge_base_id: string; generation: number; metadata: Record<string, unknown> }, dims: number, chunks: ChunkInsert[]): Uint8Array {
+function copyRows(doc: { id: string; knowledge_base_id: string; generation: number }, dims: number, chunks: ChunkInsert[], json: string): Uint8Array {
   const kb = encoder.encode(doc.knowledge_base_id)
   const docId = encoder.encode(doc.id)
   // jsonb's binary form: a version byte (1), then the JSON text.
-  const metadata = encoder.encode(`\u0001${JSON.stringify(doc.metadata)}`)
+  const metadata = encoder.encode(`\u0001${json}`)
   let size = 19 + 2
   const texts = chunks.map((c) => {
     const id = encoder.encode(newId('chk'))
