@@ -48,15 +48,21 @@ describe('DocumentSandbox', () => {
     }
   }, 20_000)
 
-  test('with embed, every chunk carries its local-embed vector as pgvector text; without, none', async () => {
+  test('with embed, every chunk carries its local-embed vector as pgvector text or as float4 values; without, none', async () => {
     const sandbox = new DocumentSandbox(DEFAULT_SANDBOX_LIMITS, 1)
     try {
       const settings = { chunk_size: 24, chunk_overlap: 4 }
-      const embedded = await sandbox.process('md', async () => bytes(TEXT), settings, undefined, true)
+      const embedded = await sandbox.process('md', async () => bytes(TEXT), settings, undefined, 'text')
       expect(embedded.length).toBeGreaterThan(2)
       for (const c of embedded) {
         expect(c.tokens).toBe(countTokens(c.content))
-        expect(c.vector!.slice(1, -1).split(',').map((v) => Math.fround(Number(v)))).toEqual(embedText(c.content).map((v) => Math.fround(v)))
+        expect((c.vector as string).slice(1, -1).split(',').map((v) => Math.fround(Number(v)))).toEqual(embedText(c.content).map((v) => Math.fround(v)))
+      }
+      const float4 = await sandbox.process('md', async () => bytes(TEXT), settings, undefined, 'float4')
+      expect(float4.map((c) => c.content)).toEqual(embedded.map((c) => c.content))
+      for (const c of float4) {
+        expect(c.vector).toBeInstanceOf(Float32Array)
+        expect(Array.from(c.vector as Float32Array)).toEqual(embedText(c.content).map((v) => Math.fround(v)))
       }
       const plain = await sandbox.process('md', async () => bytes(TEXT), settings)
       expect(plain.map((c) => c.content)).toEqual(embedded.map((c) => c.content))

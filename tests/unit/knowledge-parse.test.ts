@@ -89,6 +89,24 @@ describe('parseDocument on the fixtures', () => {
     ])
   })
 
+  test('md: the same tokens as marked\'s own lexer, with and without lines that could underline a setext heading', async () => {
+    const { lexer } = await import('marked')
+    const { lexMarkdown } = await import('../../src/domain/knowledge/parse/markdown')
+    const inputs = [
+      await fixture('sample.md'),
+      '# Title\n\nA paragraph\nof two lines.\n\n- a list\n  - nested\n\n> a quote\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n---\n\nend *em* `code` [link](x)\n',
+      'Setext\n======\n\ntext\n',
+      '> quoted\n> ---\n',
+      '- item\n  text\n  ---\n',
+      'lazy\n> quote\n===\n',
+      'no underline here - just a dash\n\n= and an equals sign\n',
+    ]
+    for (const input of inputs) {
+      const md = typeof input === 'string' ? input : new TextDecoder().decode(input)
+      expect(JSON.stringify(lexMarkdown(md))).toBe(JSON.stringify(lexer(md, { gfm: true })))
+    }
+  })
+
   test('md: ATX and setext headings, decoration stripped, lists, code, quotes and tables as text', async () => {
     expect(await blocks('md', await fixture('sample.md'))).toEqual([
       h('Knowledge Bases', 1),

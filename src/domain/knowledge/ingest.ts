@@ -9,7 +9,7 @@ import { commitDocument, DocumentGone, originalKey, type DocumentExtra } from '.
 
 export { DocumentGone }
 import type { DocType } from './parse'
-import { type DocumentSandbox, SandboxAborted, SandboxCrashed, SandboxFailure, type SandboxChunk } from './sandbox'
+import { type DocumentSandbox, SandboxAborted, SandboxCrashed, SandboxFailure, type SandboxChunk, type VectorForm } from './sandbox'
 import { activeSpan, markError, tracingOn, withSpan } from '../../lib/tracing'
 
 /** How many chunks one embedding call carries (local-embed: ~20 ms of the event loop for 64). */
@@ -76,7 +76,7 @@ export async function ingestDocument(
     if (doc.attempts > MAX_ATTEMPTS) throw new IngestFailure('ingestion_failed', `ingestion was interrupted ${doc.attempts - 1} times (a worker died or the embedding model was unavailable)`)
     const settings = doc.snapshot.context.chunking ?? kb.chunking
     // Parsing and chunking (and, for local-embed, embedding) are one step of the document process (sandbox.ts): one span.
-    const embed = embedsInDocumentProcess(deps, kb)
+    const embed = embedsInDocumentProcess(deps, kb) ? (deps.db.kind === 'postgres' ? 'float4' : 'text') : false
     const chunks = await withSpan('document.parse', () => ({ document_id: doc.id, 'document.type': doc.doc_type }), async (span) => {
       const out = await parseAndChunk(deps, owner, doc, settings, sandbox, signal, embed)
       span.setAttribute('document.chunks', out.length)
@@ -115,7 +115,7 @@ function embedsInDocumentProcess(deps: Deps, kb: store.KnowledgeBaseRow): boolea
  * loop, within its time, memory and chunk limits. A limit hit or a bad file fails the document; the
  * process crashing leaves it to be claimed again (counted in processing_attempts at the claim).
  */
-async function parseAndChunk(deps: Deps, owner: string, doc: store.DocumentRow, settings: ChunkSettings, sandbox: DocumentSandbox, signal: AbortSignal, embed: boolean): Promise<SandboxChunk[]> {
+async function parseAndChunk(deps: Deps, owner: string, doc: store.DocumentRow, settings: ChunkSettings, sandbox: DocumentSandbox, signal: AbortSignal, embed: VectorForm | false): Promise<SandboxChunk[]> {
   // A missing original fails the document; storage that cannot answer now (refused, timed out) is
   // tried again after the lease, and its last claim fails it saying where; one that refuses (access
   // denied, no such bucket) fails it at once (docs/knowledge.md, "Statuses").
@@ -176,8 +176,8 @@ async function embedAndWrite(deps: Deps, owner: string, doc: store.DocumentRow, 
   const ctx = { workspaceId: doc.workspace_id, requestId: doc.id, background: true }
   // Vectors the document process computed (local-embed): only their charge is left, for the chunks' own token counts.
   const computed = (batch: SandboxChunk[]) => batch.every((c) => c.vector !== undefined)
-  const embed = async (batch: SandboxChunk[]): Promise<(number[] | string)[]> => {
-    let vectors: (number[] | string)[]
+  const embed = async (batch: SandboxChunk[]): Promise<(ArrayLike<number> | string)[]> => {
+    let vectors: (ArrayLike<number> | string)[]
     try {
       vectors = await withSpan('document.embed', () => ({ document_id: doc.id, 'document.chunks': batch.length, 'gen_ai.request.model': model.id }), async () => {
         if (!computed(batch)) return (await deps.models.embed(ctx, model, batch.map((c) => c.content), calls)).vectors
@@ -193,12 +193,12 @@ async function embedAndWrite(deps: Deps, owner: string, doc: store.DocumentRow, 
       if (code === 'upstream_error' || code === 'upstream_timeout' || code === 'unavailable') throw new RetryLater(`embedding with ${model.id}: ${(err as Error).message}`)
       throw new IngestFailure(code === 'budget_exceeded' ? code : 'embedding_failed', `embedding with ${model.id} failed: ${(err as Error).message}`)
     }
-    const wrong = vectors.find((v): v is number[] => typeof v !== 'string' && v.length !== kb.dimensions)
+    const wrong = vectors.find((v): v is ArrayLike<number> => typeof v !== 'string' && v.length !== kb.dimensions)
     if (wrong) throw new IngestFailure('embedding_failed', `${model.id} answered ${wrong.length} dimensions; the knowledge base holds ${kb.dimensions}`)
     return vectors
   }
   // The calls started and not yet written, in position order; a written batch's vectors are let go.
-  const ahead: Promise<(number[] | string)[]>[] = []
+  const ahead: Promise<(ArrayLike<number> | string)[]>[] = []
   let next = 0
   let broken = false
   const fill = () => {
@@ -225,11 +225,14 @@ async function embedAndWrite(deps: Deps, owner: string, doc: store.DocumentRow, 
   }
 }
 
-/** One embedded batch's chunks, written INSERT_BATCH rows a statement. */
-async function writeChunks(deps: Deps, owner: string, doc: store.DocumentRow, kb: store.KnowledgeBaseRow, batch: SandboxChunk[], vectors: (number[] | string)[]) {
+/**
+ * One embedded batch's chunks, written INSERT_BATCH rows a statement: server mode through COPY
+ * (store.copyChunks: vectors as float4 values), the embedded database through the insert statement.
+ */
+async function writeChunks(deps: Deps, owner: string, doc: store.DocumentRow, kb: store.KnowledgeBaseRow, batch: SandboxChunk[], vectors: (ArrayLike<number> | string)[]) {
   const rows = INSERT_BATCH
   for (let k = 0; k < batch.length; k += rows) {
-    const inserted = await store.insertChunks(
+    const inserted = await (deps.db.kind === 'postgres' ? store.copyChunks : store.insertChunks)(
       deps.db.sql,
       { id: doc.id, knowledge_base_id: doc.knowledge_base_id, generation: doc.generation, metadata: doc.metadata, owner },
       kb.dimensions,

@@ -9,7 +9,7 @@ import { CHUNKS_PER_MESSAGE, type SandboxChunk, type SandboxJob, type SandboxMes
  * The process documents are parsed and chunked in (sandbox.ts starts it, and kills it at its time or
  * memory limit): one job at a time, its chunks sent back in messages of CHUNKS_PER_MESSAGE, then
  * `done`; or the error the document fails with. With `embed`, each chunk also carries its local-embed
- * vector, as the text the insert sends: the embedding is computed here, beside the chunker, whose
+ * vector, as the text the insert statement sends or (server mode) as the float4 values COPY sends: the embedding is computed here, beside the chunker, whose
  * token count is the chunk's (counting it again for the embedding's usage cost as much as the
  * embedding itself), and the service's thread neither computes nor formats it.
  */
@@ -18,7 +18,8 @@ const send = (message: SandboxMessage) => process.send!(message)
 process.on('message', async (job: SandboxJob) => {
   try {
     const chunks: SandboxChunk[] = chunkDocument(await parseDocument(job.type, job.bytes), job.settings, job.maxChunks)
-    if (job.embed) for (const c of chunks) c.vector = vectorText(embedText(c.content))
+    if (job.embed === 'text') for (const c of chunks) c.vector = vectorText(embedText(c.content))
+    else if (job.embed === 'float4') for (const c of chunks) c.vector = Float32Array.from(embedText(c.content))
     for (let i = 0; i < chunks.length; i += CHUNKS_PER_MESSAGE) send({ id: job.id, chunks: chunks.slice(i, i + CHUNKS_PER_MESSAGE) })
     send({ id: job.id, done: chunks.length })
   } catch (err) {

@@ -71,13 +71,20 @@ export interface SandboxJob {
   bytes: Uint8Array
   settings: ChunkSettings
   maxChunks: number
-  /** Embed each chunk with local-embed too, beside the chunker (its token count is the chunk's). */
-  embed: boolean
+  /**
+   * Embed each chunk with local-embed too, beside the chunker (its token count is the chunk's): its
+   * vector as pgvector's text (`text`, for the insert statement) or as float4 values (`float4`, for
+   * server mode's binary COPY); false: no vector.
+   */
+  embed: VectorForm | false
 }
 
-/** A chunk from the document process; `vector`: its local-embed vector in pgvector's text, when asked for. */
+/** How the document process hands back a local-embed vector (SandboxJob.embed). */
+export type VectorForm = 'text' | 'float4'
+
+/** A chunk from the document process; `vector`: its local-embed vector, in the form asked for. */
 export interface SandboxChunk extends Chunk {
-  vector?: string
+  vector?: string | Float32Array
 }
 
 export type SandboxMessage = { ready: true } | { id: number; chunks: SandboxChunk[] } | { id: number; done: number } | { id: number; error: { code: string; message: string } }
@@ -121,7 +128,7 @@ export class DocumentSandbox {
    * `load` throws. `load` is called when the process is free for the document, so documents waiting
    * their turn hold no bytes.
    */
-  process(type: DocType, load: () => Promise<Uint8Array>, settings: ChunkSettings, signal?: AbortSignal, embed = false): Promise<SandboxChunk[]> {
+  process(type: DocType, load: () => Promise<Uint8Array>, settings: ChunkSettings, signal?: AbortSignal, embed: VectorForm | false = false): Promise<SandboxChunk[]> {
     let least = this.processes[0]!
     for (const p of this.processes) if (p.waiting < least.waiting) least = p
     return least.process(type, load, settings, signal, embed)
@@ -153,7 +160,7 @@ class SandboxProcess {
 
   constructor(readonly limits: SandboxLimits = DEFAULT_SANDBOX_LIMITS) {}
 
-  process(type: DocType, load: () => Promise<Uint8Array>, settings: ChunkSettings, signal: AbortSignal | undefined, embed: boolean): Promise<SandboxChunk[]> {
+  process(type: DocType, load: () => Promise<Uint8Array>, settings: ChunkSettings, signal: AbortSignal | undefined, embed: VectorForm | false): Promise<SandboxChunk[]> {
     this.waiting++
     const run = this.queue.then(async () => this.run(type, await load(), settings, signal, embed))
     this.queue = run.catch(() => undefined)
@@ -175,7 +182,7 @@ class SandboxProcess {
     await this.stopChild(new SandboxAborted('the document sandbox was closed'))
   }
 
-  private async run(type: DocType, bytes: Uint8Array, settings: ChunkSettings, signal: AbortSignal | undefined, embed: boolean): Promise<SandboxChunk[]> {
+  private async run(type: DocType, bytes: Uint8Array, settings: ChunkSettings, signal: AbortSignal | undefined, embed: VectorForm | false): Promise<SandboxChunk[]> {
     if (signal?.aborted) throw new SandboxAborted('stopped')
     if (this.idle) clearTimeout(this.idle)
     const child = this.child ?? this.spawn()
