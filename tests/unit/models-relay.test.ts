@@ -2,6 +2,7 @@ import { describe, expect, test } from 'bun:test'
 import { relayText } from '../../src/domain/models/gateway'
 import { contentChunk, ContentChunks } from '../../src/domain/models/providers/openai'
 import { DataSplitter } from '../../src/domain/models/providers/upstream'
+import { plain } from '../../src/domain/models/providers/wire-events'
 
 /**
  * The streamed relay's shortcuts (docs/models.md, "Streaming"): each must answer exactly what parsing
@@ -125,5 +126,40 @@ describe('DataSplitter', () => {
     const s = new DataSplitter(10, () => {}, () => (overflow = true))
     s.feed('data: 0123456789abc')
     expect(overflow).toBe(true)
+  })
+})
+
+describe('plain (a content relayed as bytes)', () => {
+  const fatal = new TextDecoder('utf-8', { fatal: true })
+  const valid = (b: Uint8Array) => {
+    try {
+      fatal.decode(b)
+      return true
+    } catch {
+      return false
+    }
+  }
+  const expected = (b: Uint8Array) => valid(b) && !b.some((x) => x < 0x20 || x === 0x22 || x === 0x5c)
+
+  test('is exactly valid UTF-8 without a quote, backslash or control character', () => {
+    const samples = ['', 'abc', 'é', '€', '🎉', '\u2028', '\uFFFD', 'a"b', 'a\\b', 'a\nb', '\t'].map((s) => new TextEncoder().encode(s))
+    // Every 1- and 2-byte sequence from the interesting lead and continuation bytes, and every
+    // 3- and 4-byte one of those leads: overlongs, surrogates, beyond U+10FFFF, truncations.
+    const bytes = [0x00, 0x1f, 0x20, 0x22, 0x41, 0x5c, 0x7f, 0x80, 0x8f, 0x90, 0x9f, 0xa0, 0xbf, 0xc0, 0xc1, 0xc2, 0xdf, 0xe0, 0xed, 0xee, 0xef, 0xf0, 0xf4, 0xf5, 0xff]
+    for (const a of bytes) {
+      samples.push(Uint8Array.of(a))
+      for (const b of bytes) {
+        samples.push(Uint8Array.of(a, b))
+        for (const c of [0x80, 0x9f, 0xa0, 0xbf, 0x41]) {
+          samples.push(Uint8Array.of(a, b, c))
+          for (const d of [0x80, 0xbf, 0x41]) samples.push(Uint8Array.of(a, b, c, d))
+        }
+      }
+    }
+    for (const s of samples) {
+      // Inside a larger buffer: the bounds are `start` and `end`, not the array's.
+      const padded = Uint8Array.of(0xe2, ...s, 0x82)
+      if (plain(padded, 1, 1 + s.length) !== expected(s)) throw new Error(`plain(${[...s].map((x) => x.toString(16))}) should be ${expected(s)}`)
+    }
   })
 })
