@@ -25,7 +25,7 @@ const encoder = new TextEncoder()
  * (`choices: []`) only when asked for. Runs of chunks relayed as bytes go as they are.
  */
 function writeOf(batch: Relayed[], model: string, includeUsage: boolean): SseEvent | null {
-  if (batch.length === 1 && batch[0]!.run) return { bytes: batch[0]!.run.wire }
+  if (batch.length === 1 && batch[0]!.run) return { bytes: [batch[0]!.run.wire] }
   let raw = ''
   let bytes: Uint8Array[] | null = null
   for (const r of batch) {
@@ -41,7 +41,7 @@ function writeOf(batch: Relayed[], model: string, includeUsage: boolean): SseEve
   }
   if (bytes === null) return raw ? { raw } : null
   if (raw) bytes.push(encoder.encode(raw))
-  return { bytes: Buffer.concat(bytes) }
+  return { bytes }
 }
 
 type ChatInput = typeof ChatBody.static | typeof OpenAIChatBody.static

@@ -14,8 +14,8 @@ export type SseEvent = {
   /** Several events already in the wire format (`data: ...\n\n` each), written at once. */
   raw: string
 } | {
-  /** The same as bytes (UTF-8). */
-  bytes: Uint8Array
+  /** The same as bytes (UTF-8), in pieces written one after the other (each whole events). */
+  bytes: Uint8Array[]
 }
 
 const encoder = new TextEncoder()
@@ -93,8 +93,11 @@ export function sseResponse(
     quiet = false
     first &&= false
     if ('bytes' in value) {
-      if (sent !== null) sent += decoder.decode(value.bytes)
-      return controller.enqueue(value.bytes)
+      for (const b of value.bytes) {
+        if (sent !== null) sent += decoder.decode(b)
+        controller.enqueue(b)
+      }
+      return
     }
     const text = 'raw' in value ? value.raw : `${value.id ? `id: ${value.id}\n` : ''}${value.event ? `event: ${value.event}\n` : ''}data: ${value.data}\n\n`
     if (sent !== null) sent += text

@@ -29,10 +29,13 @@ const LF = 10
 const CR = 13
 const encoder = new TextEncoder()
 const EMPTY = Buffer.alloc(0)
+const BLANK = Buffer.from('\n\n')
 
 export class WireEvents {
   private buf: Buffer = EMPTY
   private at = 0
+  /** The rest of a read, once `buf` (an event begun in the read before, ended in it) is read. */
+  private after: Buffer | null = null
   private started = false
   /** After a CR or a byte order mark: the text parser, its decoder and the events it read. */
   private slow: DataSplitter | null = null
@@ -77,8 +80,24 @@ export class WireEvents {
     if (this.slow !== null) return this.feedSlow(value)
     const rest = this.buf.length - this.at
     if (value.indexOf(CR) >= 0) return this.toSlow(rest > 0 ? Buffer.concat([this.buf.subarray(this.at), value]) : value, false)
-    this.buf = rest > 0 ? Buffer.concat([this.buf.subarray(this.at), value]) : Buffer.from(value.buffer, value.byteOffset, value.byteLength)
+    const v = Buffer.from(value.buffer, value.byteOffset, value.byteLength)
     this.at = 0
+    if (rest === 0) {
+      this.buf = v
+      return
+    }
+    // An event begun in the read before: only it is copied, with the bytes that end it; the rest of
+    // this read is read where it is.
+    const tail = this.buf.subarray(this.buf.length - rest)
+    // Where its blank line ends in this read: the LF that completes it, or after a `\n\n`.
+    const blank = v.indexOf(BLANK)
+    const cut = tail[rest - 1] === LF && v[0] === LF ? 1 : blank < 0 ? -1 : blank + 2
+    if (cut < 0) {
+      this.buf = Buffer.concat([tail, v])
+      return
+    }
+    this.buf = Buffer.concat([tail, v.subarray(0, cut)])
+    this.after = cut < v.length ? v.subarray(cut) : null
   }
 
   /** The body ended: a last event without its blank line is dropped, as `DataSplitter` does. */
@@ -88,6 +107,7 @@ export class WireEvents {
       if (rest) this.slow.feed(rest)
     }
     this.buf = EMPTY
+    this.after = null
     this.at = 0
   }
 
@@ -98,9 +118,14 @@ export class WireEvents {
       this.queue.length = this.head = 0
       return null
     }
-    const buf = this.buf
-    const len = buf.length
     for (;;) {
+      if (this.at >= this.buf.length && this.after !== null) {
+        this.buf = this.after
+        this.after = null
+        this.at = 0
+      }
+      const buf = this.buf
+      const len = buf.length
       if (this.inPrefix !== null) {
         const run = this.run(max)
         if (run !== null) return run
@@ -135,6 +160,7 @@ export class WireEvents {
     this.slow = new DataSplitter(MAX_EVENT, (e) => this.queue.push(e.data), () => (this.overflow = true), atStart)
     this.slowDecoder = new TextDecoder('utf-8', { ignoreBOM: !atStart })
     this.buf = EMPTY
+    this.after = null
     this.at = 0
     this.feedSlow(bytes)
   }
