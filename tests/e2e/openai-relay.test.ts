@@ -232,5 +232,5 @@ describe('streamed relay', () => {
     script(cut(sse(answer())))
     await raw()
     expect((await calls()).calls).toBe(before.calls + 2)
-  })
+  }, 30_000)
 })
