@@ -33,7 +33,8 @@
  *
  * Environment: PEERS_ROUNDS (3), PEERS_SECONDS (2, per load run), PEERS_CONNECTIONS (1,8,32; empty: no (a)),
  * PEERS_STREAMS (150 per target and shape), PEERS_WARMUP (3 s of load per target first), PEERS_BURST_TOKENS (20000), PEERS_BURST_RUNS (3), PEERS_PORTKEY=0 to
- * leave Portkey out, PEERS_PORTKEY_DIR, SERVER=1 for our service on Postgres and Redis (DATABASE_URL,
+ * leave Portkey out, PEERS_PORTKEY_DIR, PEERS_BARE=1 to add a bare Bun relay of the upstream
+ * (bench/bare-relay.ts) as a fourth target, a second ceiling, in the log lines only, SERVER=1 for our service on Postgres and Redis (DATABASE_URL,
  * REDIS_URL from the environment, else the machine's local ones).
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs'
@@ -49,6 +50,7 @@ const WARMUP = Number(process.env.PEERS_WARMUP ?? 3)
 const BURST_TOKENS = Number(process.env.PEERS_BURST_TOKENS ?? 20_000)
 const BURST_RUNS = Number(process.env.PEERS_BURST_RUNS ?? 3)
 const SERVER_MODE = process.env.SERVER === '1'
+const BARE = process.env.PEERS_BARE === '1'
 const PORTKEY_VERSION = '1.15.2'
 const HONO_NODE_SERVER = '1.13.8'
 const PORTKEY_DIR = process.env.PEERS_PORTKEY_DIR ?? join(process.env.TMPDIR || tmpdir(), 'ap-peers', 'portkey')
@@ -65,7 +67,7 @@ const SHAPES = {
 }
 type Model = keyof typeof SHAPES
 
-type Name = 'ours' | 'portkey' | 'direct'
+type Name = 'ours' | 'portkey' | 'direct' | 'bare'
 interface Target {
   name: Name
   url: string
@@ -278,6 +280,13 @@ async function main() {
     }
   }
   targets.push({ name: 'direct', url: `${fake.url}/v1/chat/completions`, headers: { 'content-type': 'application/json', authorization: 'Bearer sk-bench' }, pid: fake.pid })
+  // The second ceiling: a bare Bun relay of the same upstream (bench/bare-relay.ts).
+  let bare: Server | null = null
+  if (BARE) {
+    const barePort = freePort()
+    bare = await startServer({ cmd: ['bun', 'run', 'bench/bare-relay.ts'], env: { PORT: String(barePort), UPSTREAM: fake.url }, port: barePort, logFile: join(work, 'bare.log'), readyPath: '/' })
+    targets.push({ name: 'bare', url: `${bare.url}/v1/chat/completions`, headers: { 'content-type': 'application/json', authorization: 'Bearer sk-bench' }, pid: bare.pid })
+  }
   log(`fake ${fake.url} (pid ${fake.pid}), ours ${service.url} (pid ${service.pid})${portkey ? `, Portkey ${portkey.url} (pid ${portkey.pid})` : ''}`)
 
   // Every target answers as expected before anything is timed: the non-streamed answer's usage
@@ -353,6 +362,7 @@ async function main() {
   const loadAfter = loadavg()
   await service.stop()
   await portkey?.stop()
+  await bare?.stop()
   fake.stop()
 
   // ---- figures, targets, table ----

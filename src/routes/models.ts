@@ -18,14 +18,30 @@ import { errorEvent, sseResponse, type SseEvent } from './plugins/sse'
 
 const tags = ['models']
 
-/** The SSE text of a batch of relayed chunks; the usage chunk (`choices: []`) only when asked for. */
-function rawOf(batch: Relayed[], model: string, includeUsage: boolean): string {
+const encoder = new TextEncoder()
+
+/**
+ * The SSE write of a batch of relayed chunks (null: nothing to write); the usage chunk
+ * (`choices: []`) only when asked for. Runs of chunks relayed as bytes go as they are.
+ */
+function writeOf(batch: Relayed[], model: string, includeUsage: boolean): SseEvent | null {
+  if (batch.length === 1 && batch[0]!.run) return { bytes: [batch[0]!.run.wire] }
   let raw = ''
+  let bytes: Uint8Array[] | null = null
   for (const r of batch) {
+    if (r.run) {
+      bytes ??= []
+      if (raw) bytes.push(encoder.encode(raw))
+      raw = ''
+      bytes.push(r.run.wire)
+      continue
+    }
     if (r.chunk.choices.length === 0 && !includeUsage) continue
     raw += `data: ${relayText(r, model)}\n\n`
   }
-  return raw
+  if (bytes === null) return raw ? { raw } : null
+  if (raw) bytes.push(encoder.encode(raw))
+  return { bytes }
 }
 
 type ChatInput = typeof ChatBody.static | typeof OpenAIChatBody.static
@@ -63,13 +79,13 @@ export function modelRoutes(deps: Deps) {
   /**
    * OpenAI's stream format: `data: <chunk>` lines, `data: [DONE]` at the end, an `error` event on
    * failure. The chunks of one upstream read go out as one write, each the upstream's own JSON text
-   * where only the model's name needs changing (`relayText`).
+   * where only the model's name needs changing (`relayText`), the usual content chunks as bytes.
    */
   async function* chunks(ctx: CallContext, model: string, source: AsyncIterable<Relayed[]>, includeUsage: boolean): AsyncGenerator<SseEvent> {
     try {
       for await (const batch of source) {
-        const raw = rawOf(batch, model, includeUsage)
-        if (raw) yield { raw }
+        const write = writeOf(batch, model, includeUsage)
+        if (write) yield write
       }
       yield { data: '[DONE]' }
     } catch (err) {
@@ -90,13 +106,13 @@ export function modelRoutes(deps: Deps) {
     const req = chatRequest(body)
     if (body.stream) {
       const abort = new AbortController()
-      const stream = gateway.chatStreamBatches(ctx, model, req, abort.signal)
+      const stream = gateway.chatStreamBatches(ctx, model, req, abort.signal, true)
       // The first chunk is awaited here, so that an error before any byte (unknown route, budget,
       // every route failed) is an ordinary JSON error answer, not a broken stream.
       const first = await stream.next()
       const includeUsage = body.stream_options?.include_usage ?? includeUsageDefault
       // The first batch's text now: the answer's first write, with no generator step before it.
-      const head = first.done ? '' : rawOf(first.value, model.id, includeUsage)
+      const head = first.done ? null : writeOf(first.value, model.id, includeUsage)
       const events = chunks(ctx, model.id, { [Symbol.asyncIterator]: () => stream }, includeUsage)
       const rest: AsyncIterable<SseEvent> = {
         [Symbol.asyncIterator]: () => ({
@@ -111,7 +127,7 @@ export function modelRoutes(deps: Deps) {
         }),
       }
       // Cast: Elysia types an async handler as a Promise of one answer type (a Response, or a declared body), not of their union.
-      return sseResponse(deps, request, set, route, rest, abort, undefined, undefined, head ? { raw: head } : undefined) as never
+      return sseResponse(deps, request, set, route, rest, abort, undefined, undefined, head ?? undefined) as never
     }
     const c = await gateway.chat(ctx, model, req, request.signal ?? new AbortController().signal)
     // The known fields only: upstreams add their own (system_fingerprint, usage details...).

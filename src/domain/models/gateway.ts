@@ -113,16 +113,17 @@ export class Gateway {
    * `chatStream`, a read of the upstream's at a time, each chunk as the upstream sent it with its
    * JSON text where there is one: a relay rewrites what it must (`relayText`) instead of serialising
    * every chunk again. The last batch holds the usage chunk (`final`), already in its answer's form.
+   * `wire`: chunks may also come as `run`s, several content chunks already relayed, as bytes.
    */
-  chatStreamBatches(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal): AsyncGenerator<Relayed[]> {
+  chatStreamBatches(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal, wire = false): AsyncGenerator<Relayed[]> {
     // With tracing off the stream is the generator itself: no delegating layer per batch.
-    return tracingOn ? this.tracedStream(ctx, model, req, signal) : this.stream(ctx, model, req, signal, null)
+    return tracingOn ? this.tracedStream(ctx, model, req, signal, wire) : this.stream(ctx, model, req, signal, null, wire)
   }
 
-  private async *tracedStream(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal): AsyncGenerator<Relayed[]> {
+  private async *tracedStream(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal, wire: boolean): AsyncGenerator<Relayed[]> {
     const span = callSpan('chat', ctx, model, { ...chatAttributes(req), 'gen_ai.request.stream': true })
     try {
-      yield* this.stream(ctx, model, req, signal, span)
+      yield* this.stream(ctx, model, req, signal, span, wire)
     } catch (err) {
       failSpan(span, err)
       throw err
@@ -131,12 +132,14 @@ export class Gateway {
     }
   }
 
-  private async *stream(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal, span: Span | null): AsyncGenerator<Relayed[]> {
+  private async *stream(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal, span: Span | null, wire: boolean): AsyncGenerator<Relayed[]> {
     await this.budget(ctx)
     let first: IteratorResult<RawChunk[]> | null = null
+    // `wire`: the caller writes `relayText` of each chunk, which the provider may do itself, as bytes.
+    const relay = wire ? (r: RawChunk) => relayText(r, model.id) : undefined
     const call = () => this.failover(ctx, model, signal, async (provider, route) => {
       const r = { ...req, model: route.model }
-      const source = provider.chatStreamBatches ? provider.chatStreamBatches(r, signal) : oneByOne(provider.chatStream(r, signal))
+      const source = provider.chatStreamBatches ? provider.chatStreamBatches(r, signal, relay) : oneByOne(provider.chatStream(r, signal))
       const it = source[Symbol.asyncIterator]()
       first = await it.next()
       return it

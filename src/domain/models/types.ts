@@ -1,3 +1,4 @@
+import type { WireRun } from './providers/wire-events'
 import type { Limiter } from '../../lib/limiter'
 import type { ResponseFormat } from './response-format'
 
@@ -91,6 +92,11 @@ export interface RerankResult {
 export interface RawChunk {
   chunk: ChatChunk
   data: string | null
+  /**
+   * Several content chunks relayed as bytes, already in the relay's form (`chatStreamBatches`'
+   * `relay`); `chunk` then stands for them all: their id, model..., their texts joined.
+   */
+  run?: WireRun
 }
 
 export interface Provider {
@@ -102,9 +108,10 @@ export interface Provider {
   /**
    * The same chunks, those of one upstream read together, each with the upstream's own JSON text
    * when there is one (a relay can then pass it on without serialising the chunk again). Optional:
-   * the gateway falls back to `chatStream`, one chunk at a time.
+   * the gateway falls back to `chatStream`, one chunk at a time. With `relay` (what a relay writes of
+   * a chunk, without `data: `), the usual content chunks may come as `run`s of bytes in that form.
    */
-  chatStreamBatches?(req: ChatRequest, signal: AbortSignal): AsyncIterable<RawChunk[]>
+  chatStreamBatches?(req: ChatRequest, signal: AbortSignal, relay?: (r: RawChunk) => string): AsyncIterable<RawChunk[]>
   embed(model: string, inputs: string[], signal: AbortSignal): Promise<EmbeddingResult>
   rerank(model: string, query: string, documents: string[], topN: number | undefined, signal: AbortSignal): Promise<RerankResult>
   /** Largest batch of `embed` inputs one upstream request may carry. */

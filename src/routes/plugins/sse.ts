@@ -13,9 +13,13 @@ export type SseEvent = {
 } | {
   /** Several events already in the wire format (`data: ...\n\n` each), written at once. */
   raw: string
+} | {
+  /** The same as bytes (UTF-8), in pieces written one after the other (each whole events). */
+  bytes: Uint8Array[]
 }
 
 const encoder = new TextEncoder()
+const decoder = new TextDecoder()
 /** An SSE comment: clients ignore it (the SSE spec; OpenAI's SDKs and eventsource-parser alike). */
 const HEARTBEAT = encoder.encode(': keep-alive\n\n')
 
@@ -86,11 +90,18 @@ export function sseResponse(
     }
   }
   const put = (controller: ReadableStreamDefaultController<Uint8Array>, value: SseEvent) => {
+    quiet = false
+    first &&= false
+    if ('bytes' in value) {
+      for (const b of value.bytes) {
+        if (sent !== null) sent += decoder.decode(b)
+        controller.enqueue(b)
+      }
+      return
+    }
     const text = 'raw' in value ? value.raw : `${value.id ? `id: ${value.id}\n` : ''}${value.event ? `event: ${value.event}\n` : ''}data: ${value.data}\n\n`
     if (sent !== null) sent += text
-    quiet = false
     controller.enqueue(encoder.encode(text))
-    first &&= false
   }
   const body = new ReadableStream<Uint8Array>({
     start(controller) {

@@ -2,7 +2,8 @@ import { Limiter } from '../../../lib/limiter'
 import { countChatTokens, countTokens } from '../../../lib/tokens'
 import type { ResolvedProvider } from '../catalog'
 import type { ChatChunk, ChatCompletion, ChatRequest, EmbeddingResult, Provider, RawChunk, RerankResult, Usage } from '../types'
-import { isObject, malformed, postJson, postSseData, type Upstream } from './upstream'
+import { isObject, malformed, MAX_EVENT, postJson, postSseData, postSseReads, type Upstream } from './upstream'
+import { WireEvents } from './wire-events'
 
 /**
  * Any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, LM Studio, DeepSeek...) on plain fetch.
@@ -18,6 +19,9 @@ const DEFAULT_MAX_BATCH = 2048
  * swamp a self-hosted server (Ollama serves 1 to 4 requests at a time by default).
  */
 export const DEFAULT_MAX_CONCURRENCY = 4
+
+/** A content that no chunk's text holds (private-use characters), to cut a relayed chunk around. */
+const MARK = '\uE000\uE001\uE000'
 
 export class OpenAIProvider implements Provider {
   readonly kind = 'openai' as const
@@ -65,8 +69,8 @@ export class OpenAIProvider implements Provider {
    * sends the start of the answer before the rest of that read is parsed (a fast upstream's first
    * read can hold the whole answer).
    */
-  async *chatStreamBatches(req: ChatRequest, signal: AbortSignal): AsyncIterable<RawChunk[]> {
-    const batches = postSseData(this.upstream('/chat/completions', { ...chatBody(req), stream: true, stream_options: { include_usage: true } }, signal))
+  async *chatStreamBatches(req: ChatRequest, signal: AbortSignal, relay?: (r: RawChunk) => string): AsyncIterable<RawChunk[]> {
+    const upstream = this.upstream('/chat/completions', { ...chatBody(req), stream: true, stream_options: { include_usage: true } }, signal)
     let usageSeen = false
     let finished = false
     let last: ChatChunk | undefined
@@ -74,61 +78,143 @@ export class OpenAIProvider implements Provider {
     let done = false
     let started = false
     const contents = new ContentChunks()
-    for await (const events of batches) {
-      let out: RawChunk[] = []
-      // A bad event fails the stream after the good ones read with it have been passed on.
-      let failure: unknown = null
-      for (const event of events) {
-        if (event.data === '[DONE]') {
-          done = true
-          break
+    let out: RawChunk[] = []
+    // A bad event fails the stream after the good ones read with it have been passed on.
+    let failure: unknown = null
+    // With a relay: the body split at the byte level, the usual content chunks relayed as bytes.
+    const wire = relay ? new WireEvents() : null
+    let learned = 0
+    let runChunk: ChatChunk | null = null
+    /** One event: 'stop' at [DONE] or a bad event, 'first' at the first chunk that carries something. */
+    const take = (data: string): 'stop' | 'first' | undefined => {
+      if (data === '[DONE]') {
+        done = true
+        return 'stop'
+      }
+      let c: ChatChunk
+      try {
+        c = this.checked(data, contents)
+      } catch (err) {
+        failure = err
+        return 'stop'
+      }
+      last = c
+      if (c.usage) usageSeen = true
+      let something = false
+      for (const choice of c.choices) {
+        if (choice.finish_reason) finished = something = true
+        if (choice.delta?.content) {
+          parts.push(choice.delta.content)
+          something = true
         }
-        let c: ChatChunk
-        try {
-          c = this.checked(event.data, contents)
-        } catch (err) {
-          failure = err
-          break
+        const calls = choice.delta?.tool_calls
+        if (calls) {
+          something = true
+          for (const t of calls) parts.push(t.function?.name ?? '', t.function?.arguments ?? '')
         }
-        last = c
-        if (c.usage) usageSeen = true
-        let something = false
-        for (const choice of c.choices) {
-          if (choice.finish_reason) finished = something = true
-          if (choice.delta?.content) {
-            parts.push(choice.delta.content)
-            something = true
+      }
+      out.push({ chunk: c, data })
+      if (wire && contents.learned !== learned) {
+        learned = contents.learned
+        runChunk = this.learnWire(wire, contents, relay!)
+      }
+      if (something && !started) {
+        started = true
+        return 'first'
+      }
+    }
+    if (wire) {
+      const reads = postSseReads(upstream)
+      let ended = false
+      try {
+        while (!ended) {
+          const r = await reads.next()
+          if (r.done) {
+            ended = true
+            wire.finish()
+          } else wire.push(r.value)
+          // Before the first chunk that carries something, a run is one event: the first batch ends there.
+          for (let item = wire.next(started ? 0 : 1); item !== null; item = wire.next(started ? 0 : 1)) {
+            if (typeof item === 'string') {
+              const s = take(item)
+              if (s === 'stop') break
+              if (s === 'first') {
+                yield out
+                out = []
+              }
+            } else {
+              // Chunks of the template's id, model... with these texts: one chunk for them all.
+              const c: ChatChunk = { ...runChunk!, choices: [{ index: 0, delta: { content: item.text }, finish_reason: null }] }
+              last = c
+              parts.push(item.text)
+              out.push({ chunk: c, data: null, run: item })
+              if (!started && item.text) {
+                started = true
+                yield out
+                out = []
+              }
+            }
           }
-          const calls = choice.delta?.tool_calls
-          if (calls) {
-            something = true
-            for (const t of calls) parts.push(t.function?.name ?? '', t.function?.arguments ?? '')
+          if (out.length > 0) {
+            yield out
+            out = []
+          }
+          if (failure) throw failure
+          if (wire.overflow) throw malformed(this.p, `an event larger than ${MAX_EVENT} bytes`)
+          if (done) break
+        }
+      } finally {
+        if (!ended) await reads.return(undefined)
+      }
+    } else {
+      for await (const events of postSseData(upstream)) {
+        for (const event of events) {
+          const s = take(event.data)
+          if (s === 'stop') break
+          if (s === 'first') {
+            yield out
+            out = []
           }
         }
-        out.push({ chunk: c, data: event.data })
-        if (something && !started) {
-          started = true
+        if (out.length > 0) {
           yield out
           out = []
         }
+        if (failure) throw failure
+        if (done) break
       }
-      if (out.length > 0) yield out
-      if (failure) throw failure
-      if (done) break
     }
     // A clean end without [DONE] or a finish_reason is a cut answer, not a complete one.
     if (!done && !finished) throw malformed(this.p, 'the stream ended before [DONE]')
     if (!usageSeen) {
+      const l = last as ChatChunk | undefined
       const chunk: ChatChunk = {
-        id: last?.id ?? 'chatcmpl-usage',
+        id: l?.id ?? 'chatcmpl-usage',
         object: 'chat.completion.chunk',
-        created: last?.created ?? Math.floor(Date.now() / 1000),
-        model: last?.model ?? req.model,
+        created: l?.created ?? Math.floor(Date.now() / 1000),
+        model: l?.model ?? req.model,
         choices: [],
         usage: usageOf(undefined, req, () => parts.join('')),
       }
       yield [{ chunk, data: null }]
     }
+  }
+
+  /**
+   * The chunks `contents` knows by their text around the content, for `wire` to relay as bytes: what
+   * `relay` makes of one of them, cut around its content (none when the content is not kept as is).
+   * Answers the chunk those runs stand for (its content aside).
+   */
+  private learnWire(wire: WireEvents, contents: ContentChunks, relay: (r: RawChunk) => string): ChatChunk | null {
+    const t = contents.template(MARK)
+    const relayed = t ? relay({ chunk: t.chunk, data: `${t.prefix}${MARK}${t.suffix}` }) : ''
+    const at = relayed.indexOf(MARK)
+    if (!t || at < 0 || relayed.indexOf(MARK, at + 1) >= 0) {
+      wire.learn(null)
+      return null
+    }
+    wire.learn({ inPrefix: `data: ${t.prefix}`, inSuffix: t.suffix, outPrefix: `data: ${relayed.slice(0, at)}`, outSuffix: `${relayed.slice(at + MARK.length)}\n\n` })
+    return t.chunk
   }
 
   /** One event's chunk, or why it is not one. */
@@ -216,6 +302,14 @@ export class ContentChunks {
   private prefix = ''
   private suffix = ''
   private last: { id: string; created: number; model: string; role: boolean; usage: boolean } | null = null
+  /** How many times the pattern matched (the text around the content may have changed each time). */
+  learned = 0
+
+  /** The text around the content of the chunks known since the last match, and a chunk of them with `content`. */
+  template(content: string): { prefix: string; suffix: string; chunk: ChatChunk } | null {
+    const l = this.last
+    return l === null ? null : { prefix: this.prefix, suffix: this.suffix, chunk: chunkOf(l.id, l.created, l.model, l.role, l.usage, content) }
+  }
 
   read(data: string): ChatChunk | null {
     const l = this.last
@@ -234,6 +328,7 @@ export class ContentChunks {
     this.prefix = data.slice(0, start)
     this.suffix = data.slice(start + raw.length)
     this.last = last
+    this.learned++
     return chunkOf(last.id, last.created, last.model, last.role, last.usage, content)
   }
 }

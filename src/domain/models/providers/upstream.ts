@@ -18,7 +18,7 @@ export const DEFAULT_TIMEOUT_MS = 60_000
 /** Enough of an upstream's error message to act on; some send whole HTML pages with a 502. */
 const MAX_MESSAGE = 300
 /** One SSE event's ceiling: a chunk is a few hundred bytes, a whole tool call's arguments at most a few MB. */
-const MAX_EVENT = 8 * 1024 * 1024
+export const MAX_EVENT = 8 * 1024 * 1024
 
 export interface Upstream {
   provider: ResolvedProvider
@@ -165,6 +165,37 @@ export async function* postSseData(u: Upstream): AsyncGenerator<EventSourceMessa
   yield* readSse(u, (onEvent, onError) => new DataSplitter(MAX_EVENT, onEvent, () => onError(true)))
 }
 
+/**
+ * The body of an SSE answer as it comes, one piece per read of the connection (never an empty one),
+ * under the same idle time-out and error mapping as `postSseData`: for a relay that splits the events
+ * itself, at the byte level (`WireEvents`).
+ */
+export async function* postSseReads(u: Upstream): AsyncGenerator<Uint8Array> {
+  const deadline = new Deadline(u.provider.timeout_ms ?? DEFAULT_TIMEOUT_MS)
+  const own = new AbortController()
+  const signal = AbortSignal.any([u.signal, deadline.signal, own.signal])
+  let finished = false
+  try {
+    const res = await send({ ...u, headers: { ...u.headers, accept: 'text/event-stream' } }, signal)
+    if (!res.ok) throw await errorFor(res, u.provider)
+    if (!res.body) throw malformed(u.provider, 'no body')
+    const reader = res.body.getReader()
+    for (;;) {
+      deadline.arm()
+      const { done, value } = await reader.read()
+      deadline.clear()
+      if (done) break
+      if (value.byteLength > 0) yield value
+    }
+    finished = true
+  } catch (err) {
+    throw classify(err, u.provider, u.signal, deadline, `stream from POST ${u.path}`)
+  } finally {
+    deadline.clear()
+    if (!finished) own.abort()
+  }
+}
+
 type Feeder = { feed(text: string): void }
 
 async function* readSse(u: Upstream, parserOf: (onEvent: (e: EventSourceMessage) => void, onError: (overflow: boolean) => void) => Feeder): AsyncGenerator<EventSourceMessage[]> {
@@ -218,7 +249,10 @@ export class DataSplitter {
   private data: string | null = null
   private started = false
 
-  constructor(private readonly max: number, private readonly onEvent: (e: EventSourceMessage) => void, private readonly onOverflow: () => void) {}
+  /** `atStart` false: the text does not begin the stream (a byte order mark there is text). */
+  constructor(private readonly max: number, private readonly onEvent: (e: EventSourceMessage) => void, private readonly onOverflow: () => void, atStart = true) {
+    this.started = !atStart
+  }
 
   feed(text: string): void {
     if (!this.started && text.length > 0) {
