@@ -17,7 +17,9 @@ const ORIGIN = randomBase62(16)
 /**
  * The answers of the hot read before a model call (`accessAndBudget`: the workspace, the caller's
  * role, the budget and the period's committed spend), kept until a write that could change one of
- * them (store/access-generation.ts): one query less per call while nothing changes.
+ * them (store/access-generation.ts): one query less per call while nothing changes. A knowledge
+ * search keeps its base's row here too (domain/knowledge/search.ts), under the base's own id, which
+ * its update and delete announce as a workspace's change is announced.
  *
  * - Embedded database: its one connection answers in order and no other process writes it, so an
  *   answer stays good until a write of its workspace is sent. No time limit.
@@ -30,7 +32,7 @@ const ORIGIN = randomBase62(16)
  *   subscription is lost nothing is kept or served; once it is back, everything is dropped.
  */
 export class AccessCache {
-  private entries = new Map<string, { generation: number; at: number; answer: Answer }>()
+  private entries = new Map<string, { workspaceId: string; generation: number; at: number; answer: unknown }>()
   /** False while the subscription that tells of other processes' changes is lost. */
   private live = true
   private stops: (() => unknown)[] = []
@@ -76,18 +78,47 @@ export class AccessCache {
   }
 
   async get(workspaceId: string, key: string, read: () => Promise<Answer>): Promise<Answer> {
-    if (!this.enabled) return read()
-    const hit = this.entries.get(key)
-    const now = this.ttlMs === Infinity ? 0 : Date.now()
-    if (hit && !accessChangedSince(workspaceId, hit.generation) && now - hit.at < this.ttlMs) return hit.answer
-    const generation = accessGeneration()
+    const hit = this.peek<Answer>(key)
+    if (hit !== undefined) return hit
+    const sent = this.begin()
     const answer = await read()
-    // Kept only if its workspace did not change since the read was sent: it may not have seen that change.
-    if (this.enabled && !accessChangedSince(workspaceId, generation)) {
-      if (hit) this.entries.delete(key)
-      else if (this.entries.size >= MAX_ENTRIES) this.entries.delete(this.entries.keys().next().value!)
-      this.entries.set(key, { generation, at: now, answer })
-    }
+    this.keep(workspaceId, key, sent, answer)
     return answer
   }
+
+  /** A kept answer that is still good (its workspace unchanged since its read, within `ttlMs`), or undefined. */
+  peek<T>(key: string): T | undefined {
+    if (!this.enabled) return undefined
+    const hit = this.entries.get(key)
+    if (!hit || accessChangedSince(hit.workspaceId, hit.generation) || this.now() - hit.at >= this.ttlMs) return undefined
+    return hit.answer as T
+  }
+
+  /** Taken just before a read is sent; `keep` needs it. */
+  begin(): Sent {
+    return { generation: accessGeneration(), at: this.now() }
+  }
+
+  /**
+   * Keeps `answer` (read about `workspaceId`, sent at `sent`), only if that id did not change since
+   * the read was sent: it may not have seen that change. `workspaceId` is any id that every write
+   * changing the answer announces (store/access-generation.ts): a workspace's, or a knowledge base's
+   * for its row (domain/knowledge/bases.ts announces its updates and deletes).
+   */
+  keep(workspaceId: string, key: string, sent: Sent, answer: unknown): void {
+    if (!this.enabled || accessChangedSince(workspaceId, sent.generation)) return
+    if (this.entries.has(key)) this.entries.delete(key)
+    else if (this.entries.size >= MAX_ENTRIES) this.entries.delete(this.entries.keys().next().value!)
+    this.entries.set(key, { workspaceId, generation: sent.generation, at: sent.at, answer })
+  }
+
+  private now(): number {
+    return this.ttlMs === Infinity ? 0 : Date.now()
+  }
+}
+
+/** When a read was sent: the generation (store/access-generation.ts) and the time. */
+export interface Sent {
+  generation: number
+  at: number
 }

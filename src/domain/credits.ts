@@ -46,12 +46,16 @@ export async function checkBudget(sql: Pool, workspaceId: string, held: PendingC
  * exhausted budget (402), as when the two were asked apart.
  */
 export async function checkAccessAndBudget(sql: Pool, caller: Caller, workspaceId: string, held: PendingCredits, cache: AccessCache, now = new Date()): Promise<void> {
-  const period = store.periodStart(now)
-  const row = await cache.get(workspaceId, `${workspaceId} ${caller.userId} ${period}`, () => store.accessAndBudget(sql, workspaceId, caller.userId, now))
+  const row = await cache.get(workspaceId, accessKey(workspaceId, caller.userId, store.periodStart(now)), () => store.accessAndBudget(sql, workspaceId, caller.userId, now))
   authorize(caller, row?.access as WorkspaceAccessRow | null ?? null, 'use', { id: workspaceId })
   const budget = row!.budget
   if (!budget?.hard_limit) return
   exceeded(workspaceId, budget, held.pending(workspaceId, now))
+}
+
+/** Where the access cache keeps `accessAndBudget`'s answer (a knowledge search reads and keeps the same). */
+export function accessKey(workspaceId: string, userId: string, period: string): string {
+  return `${workspaceId} ${userId} ${period}`
 }
 
 /** A hard-limit budget read beside something else (a search's one read): 402 when it is used up, this process' held charges counted. */

@@ -1,6 +1,7 @@
 /**
  * What tells the kept answers of `accessAndBudget` (store/credits.ts; domain/access-cache.ts) that
- * they may be out of date: a workspace's row, its members, its budget, its period's spend.
+ * they may be out of date: a workspace's row, its members, its budget, its period's spend; and of
+ * a knowledge base's row, kept by searches under the base's id (domain/knowledge/bases.ts announces it).
  *
  * A counter, `generation`, moves on every change seen by this process, and each workspace remembers
  * the generation of its last change: an answer read at generation g stays good while its workspace

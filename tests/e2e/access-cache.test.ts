@@ -11,7 +11,9 @@ import { apiCall, type ServiceProcess } from '../helpers/process'
  * removed, a role lowered, the workspace archived, the budget lowered below the spend, the spend
  * raised past the budget) is refused by the very next call in the other, which had the old answer
  * kept: the change is published on Redis before its answer. The kept answers there live for ten
- * minutes (ACCESS_CACHE_TTL_MS) and its own charges are held, so only the message can explain it. A change that is never
+ * minutes (ACCESS_CACHE_TTL_MS) and its own charges are held, so only the message can explain it. A
+ * knowledge search keeps its base's row the same way: a base changed (retrieval mode, rerank model,
+ * embedding model) or deleted in one process is what the next search in the other uses. A change that is never
  * announced (an UPDATE in SQL) is served from a kept answer until ACCESS_CACHE_TTL_MS passes.
  */
 const databaseUrl = process.env.DATABASE_URL
@@ -45,7 +47,11 @@ describe.skipIf(!databaseUrl || !redisUrl)('server mode: the check before a mode
     fake.script('*', [{ text: 'kept', usage: { prompt_tokens: 100, completion_tokens: 200 } }])
     models = writeModelsFile('ap-e2e-access-', {
       providers: [{ id: 'fake', kind: 'openai', base_url: fake.baseUrl, api_key: 'sk-fake' }],
-      models: [{ id: 'priced', type: 'llm', vendor: 'test', routes: [{ provider: 'fake', model: 'priced-up' }], pricing: { input_per_1k: 1, output_per_1k: 2 } }],
+      models: [
+        { id: 'priced', type: 'llm', vendor: 'test', routes: [{ provider: 'fake', model: 'priced-up' }], pricing: { input_per_1k: 1, output_per_1k: 2 } },
+        { id: 'fake-embed', type: 'embedding', vendor: 'test', dimensions: 8, routes: [{ provider: 'fake', model: 'up-embed' }] },
+        { id: 'fake-rerank', type: 'rerank', vendor: 'test', routes: [{ provider: 'fake', model: 'up-rerank' }] },
+      ],
     })
     cluster = await startCluster({ name: 'access', workers: 0, apiOnly: true, env: { MODELS_FILE: models.file, ACCESS_CACHE_TTL_MS: '600000' } })
     a = cluster.api
@@ -95,6 +101,63 @@ describe.skipIf(!databaseUrl || !redisUrl)('server mode: the check before a mode
     await change('GET', `/v1/workspaces/${ws}/usage`)
     expect(await chat(b, ws)).toBe(402)
   })
+
+  test('a knowledge base changed or deleted in one process: the next search in the other follows', async () => {
+    const ws = await newWorkspace()
+    // A worker ingests the document (the API processes run none).
+    await cluster.spawn('worker')
+    const kb = (await change('POST', '/v1/knowledge-bases', { workspace_id: ws, name: 'kept', retrieval: { mode: 'hybrid' } })).data.id as string
+    const doc = (await change('POST', `/v1/knowledge-bases/${kb}/documents`, { type: 'text', name: 'tide.txt', content: 'The lighthouse keeper writes down the tide every morning.' })).document_id as string
+    await waitFor(async () => (await change('GET', `/v1/documents/${doc}`)).status === 'ready', { timeoutMs: 30_000, what: 'the document to be ready' })
+    const search = (id: string, body: Record<string, unknown> = {}, user = 'owner') =>
+      apiCall(b, keys[user]!, 'POST', `/v1/knowledge-bases/${id}/search`, { query: 'lighthouse tide', top_k: 3, ...body })
+    const calls = (path: string) => fake.requests.filter((r) => r.path === path).length
+
+    // Hybrid: the one chunk first in both lists scores 1, its cosine below.
+    for (let i = 0; i < 2; i++) {
+      const res = await search(kb)
+      expect(res.status).toBe(200)
+      expect(res.body.results[0].score).toBe(1)
+      expect(res.body.results[0].similarity).toBeLessThan(1)
+    }
+    // Kept: a change nobody announces (SQL) is not seen by b...
+    await cluster.db`update knowledge_bases set retrieval_mode = 'vector' where id = ${kb}`
+    expect((await search(kb)).body.results[0].score).toBe(1)
+    // ...an announced one is, at once: vector mode scores by the cosine.
+    await change('PATCH', `/v1/knowledge-bases/${kb}`, { retrieval: { mode: 'vector' } })
+    const vector = (await search(kb)).body.results[0]
+    expect(vector.score).toBe(vector.similarity)
+    expect(vector.score).toBeLessThan(1)
+
+    // The rerank model: local-rerank, then the provider's.
+    const reranks = calls('/v1/rerank')
+    expect((await search(kb, { rerank: true })).status).toBe(200)
+    expect(calls('/v1/rerank')).toBe(reranks)
+    await change('PATCH', `/v1/knowledge-bases/${kb}`, { rerank_model: 'fake-rerank' })
+    expect((await search(kb, { rerank: true })).status).toBe(200)
+    expect(calls('/v1/rerank')).toBe(reranks + 1)
+
+    // The embedding model of an empty base: local-embed, then the provider's.
+    const empty = (await change('POST', '/v1/knowledge-bases', { workspace_id: ws, name: 'empty' })).data.id as string
+    const embeds = calls('/v1/embeddings')
+    for (let i = 0; i < 2; i++) expect((await search(empty)).status).toBe(200)
+    expect(calls('/v1/embeddings')).toBe(embeds)
+    await change('PATCH', `/v1/knowledge-bases/${empty}`, { embedding_model: 'fake-embed' })
+    expect((await search(empty)).status).toBe(200)
+    expect(calls('/v1/embeddings')).toBe(embeds + 1)
+
+    // A reader removed from the workspace: the base is not found for them.
+    await change('POST', `/v1/workspaces/${ws}/members`, { user_id: 'kb-reader', role: 'readonly' })
+    await keyOf('kb-reader')
+    for (let i = 0; i < 2; i++) expect((await search(kb, {}, 'kb-reader')).status).toBe(200)
+    await change('DELETE', `/v1/workspaces/${ws}/members/kb-reader`)
+    expect((await search(kb, {}, 'kb-reader')).status).toBe(404)
+
+    // Deleted: not found at once.
+    expect((await search(kb)).status).toBe(200)
+    await change('DELETE', `/v1/knowledge-bases/${kb}`)
+    expect((await search(kb)).status).toBe(404)
+  }, 90_000)
 
   test('a change never announced (SQL) is served from a kept answer for ACCESS_CACHE_TTL_MS at most', async () => {
     // Its own charges held (no batch of its own announces the workspace meanwhile); answers kept 1.5 s.

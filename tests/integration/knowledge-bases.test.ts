@@ -291,3 +291,36 @@ describe('delete', () => {
     expect(filesOf(h, kept.id)).toEqual([keptDoc])
   })
 })
+
+describe('a search keeps the base it read', () => {
+  test('the next search follows a change of retrieval mode or rerank model, a delete, and its workspace deleted', async () => {
+    const space = await workspaceOf(h, owner, 'Kept bases')
+    const kb = await createKb(h, owner, { workspace_id: space, name: 'Kept', retrieval: { mode: 'hybrid' } })
+    expect((await settled(h, owner, await uploadText(h, owner, kb.id, { name: 'tide.txt', content: 'The lighthouse keeper writes down the tide every morning.' }))).status).toBe('ready')
+    const search = (id: string, body: Record<string, unknown> = {}) => h.call('POST', `/v1/knowledge-bases/${id}/search`, { key: owner, body: { query: 'lighthouse tide', top_k: 3, ...body } })
+    const reranks = () => fake.requests.filter((r) => r.path === '/v1/rerank').length
+
+    // Hybrid: the one chunk, first in both lists, scores 1.
+    for (let i = 0; i < 2; i++) expect((await search(kb.id)).body.results[0].score).toBe(1)
+    expect((await h.call('PATCH', `/v1/knowledge-bases/${kb.id}`, { key: owner, body: { retrieval: { mode: 'vector' } } })).status).toBe(200)
+    const hit = (await search(kb.id)).body.results[0]
+    expect(hit.score).toBe(hit.similarity)
+    expect(hit.score).toBeLessThan(1)
+
+    const before = reranks()
+    expect((await search(kb.id, { rerank: true })).status).toBe(200)
+    expect(reranks()).toBe(before)
+    expect((await h.call('PATCH', `/v1/knowledge-bases/${kb.id}`, { key: owner, body: { rerank_model: 'fake-rerank' } })).status).toBe(200)
+    expect((await search(kb.id, { rerank: true })).status).toBe(200)
+    expect(reranks()).toBe(before + 1)
+
+    expect((await h.call('DELETE', `/v1/knowledge-bases/${kb.id}`, { key: owner })).status).toBeLessThan(300)
+    expectError(await search(kb.id), 404, 'not_found')
+
+    // The workspace deleted with a base in it: the base's row may still be kept, its access is not.
+    const other = await createKb(h, owner, { workspace_id: space, name: 'Kept too' })
+    for (let i = 0; i < 2; i++) expect((await search(other.id)).status).toBe(200)
+    expect((await h.call('DELETE', `/v1/workspaces/${space}`, { key: owner })).status).toBeLessThan(300)
+    expectError(await search(other.id), 404, 'not_found')
+  })
+})

@@ -7,6 +7,7 @@ import type { Action, Caller } from '../access'
 import { access, listScope, loadOwned } from '../workspaces'
 import { DEFAULT_CHUNKING } from './chunk'
 import { requeueAll } from './documents'
+import { accessChanged, changingAccess } from '../../store/access-generation'
 
 export const DEFAULT_EMBEDDING_MODEL = 'local-embed'
 export const DEFAULT_RERANK_MODEL = 'local-rerank'
@@ -106,7 +107,10 @@ export async function updateKnowledgeBase(deps: Deps, caller: Caller, id: string
     patch.dimensions = model.dimensions!
     await store.ensureVectorIndex(deps.db.sql, model.dimensions!)
   }
-  const updated = await deps.db.sql.begin(async (tx) => {
+  // A search keeps the base's row under its id (search.ts): dropped here before the write is sent
+  // (the embedded database), and announced to every process once it is committed (server mode).
+  accessChanged(id)
+  const updated = await changingAccess([id], () => deps.db.sql.begin(async (tx) => {
     await store.lockKnowledgeBase(tx, id)
     if (modelChange) {
       if (!input.reembed && (await store.hasDocuments(tx, id))) {
@@ -119,7 +123,7 @@ export async function updateKnowledgeBase(deps: Deps, caller: Caller, id: string
     const row = await store.updateKnowledgeBase(tx, id, patch)
     if (modelChange && input.reembed) await requeueAll(tx, row)
     return row
-  })
+  }))
   if (modelChange && input.reembed) deps.documents.nudge()
   return updated
 }
@@ -127,6 +131,8 @@ export async function updateKnowledgeBase(deps: Deps, caller: Caller, id: string
 /** Deletes the base with its documents and chunks (rows cascade), then its originals. */
 export async function deleteKnowledgeBase(deps: Deps, caller: Caller, id: string): Promise<void> {
   const kb = await loadKnowledgeBase(deps, caller, id, 'build')
-  await store.deleteKnowledgeBase(deps.db.sql, kb.id)
+  // Its row kept by searches is dropped here and in every process, as an update's (above).
+  accessChanged(kb.id)
+  await changingAccess([kb.id], () => store.deleteKnowledgeBase(deps.db.sql, kb.id))
   await deps.files.deletePrefix(kb.id).catch((err) => deps.log.warn({ err, knowledge_base_id: kb.id }, 'could not remove the originals of a deleted knowledge base'))
 }

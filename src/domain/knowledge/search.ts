@@ -3,8 +3,8 @@ import type { CallContext } from '../models/gateway'
 import { AppError, invalid, notFound } from '../../lib/errors'
 import * as store from '../../store/knowledge'
 import { authorize, type Caller } from '../access'
-import { checkBudgetRow } from '../credits'
-import { periodStart } from '../../store/credits'
+import { accessKey, checkBudgetRow } from '../credits'
+import { accessAndBudget, periodStart, type AccessAndBudget } from '../../store/credits'
 import type { WorkspaceAccessRow } from '../../store/workspaces'
 import { round6 } from '../../lib/usage'
 
@@ -62,18 +62,40 @@ const similarity = (distance: number) => (Number.isFinite(distance) ? Math.min(1
  * the rerank score), so a client sorting by it keeps the order; `similarity` is the cosine beside it.
  */
 export async function searchKnowledgeBase(deps: Deps, caller: Caller, kbId: string, input: SearchInput, requestId: string, signal: AbortSignal): Promise<SearchResult[]> {
-  // The base, the caller's access and the workspace's budget in one read (as loadKnowledgeBase and
-  // the gateway's budget check would answer them, another workspace's base 404 included).
-  const found = await store.findKnowledgeBaseForSearch(deps.db.sql, kbId, caller.userId, periodStart(new Date()))
-  if (!found) throw notFound('knowledge base', kbId)
+  const now = new Date()
+  const period = periodStart(now)
+  // Kept between searches (domain/access-cache.ts): the base's row under its own id, which its update
+  // or delete announces (bases.ts; a charge batch of its workspace leaves it), and the caller's access
+  // and the budget as the gateway's check keeps them, under the workspace. A warm search sends
+  // nothing to PostgreSQL before the embedding call. A deleted workspace takes its bases with it: its
+  // access answer, read again after the workspace's announce, is null (404).
+  const cache = deps.models.access
+  const baseKey = `knowledge_base ${kbId}`
+  let kb = cache.peek<store.KnowledgeBaseRow>(baseKey)
+  let answer: AccessAndBudget | null
+  if (kb) {
+    const workspaceId = kb.workspace_id
+    answer = await cache.get(workspaceId, accessKey(workspaceId, caller.userId, period), () => accessAndBudget(deps.db.sql, workspaceId, caller.userId, now))
+  } else {
+    // The base, the caller's access and the workspace's budget in one read (as loadKnowledgeBase and
+    // the gateway's budget check would answer them), each kept.
+    const sent = cache.begin()
+    const found = await store.findKnowledgeBaseForSearch(deps.db.sql, kbId, caller.userId, period)
+    if (!found) throw notFound('knowledge base', kbId)
+    kb = found.kb
+    answer = { access: found.access, budget: found.budget }
+    cache.keep(kb.id, baseKey, sent, kb)
+    cache.keep(kb.workspace_id, accessKey(kb.workspace_id, caller.userId, period), sent, answer)
+  }
+  // Another workspace's base, or one the caller may not read: not found, as loadKnowledgeBase answers.
   try {
-    authorize(caller, found.access as WorkspaceAccessRow, 'read', { id: found.kb.workspace_id })
+    authorize(caller, answer?.access as WorkspaceAccessRow | null ?? null, 'read', { id: kb.workspace_id })
   } catch (err) {
     if (err instanceof AppError && err.code === 'not_found') throw notFound('knowledge base', kbId)
     throw err
   }
-  checkBudgetRow(found.kb.workspace_id, found.budget, deps.models.charges)
-  return searchBase(deps, found.kb, input, { workspaceId: found.kb.workspace_id, requestId, budgetChecked: true }, signal)
+  checkBudgetRow(kb.workspace_id, answer!.budget, deps.models.charges, now)
+  return searchBase(deps, kb, input, { workspaceId: kb.workspace_id, requestId, budgetChecked: true }, signal)
 }
 
 export async function searchBase(deps: Deps, kb: store.KnowledgeBaseRow, input: SearchInput, call: CallContext, signal: AbortSignal): Promise<SearchResult[]> {
