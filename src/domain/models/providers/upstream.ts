@@ -199,43 +199,22 @@ export async function* postSseReads(u: Upstream): AsyncGenerator<Uint8Array> {
 type Feeder = { feed(text: string): void }
 
 async function* readSse(u: Upstream, parserOf: (onEvent: (e: EventSourceMessage) => void, onError: (overflow: boolean) => void) => Feeder): AsyncGenerator<EventSourceMessage[]> {
-  const deadline = new Deadline(u.provider.timeout_ms ?? DEFAULT_TIMEOUT_MS)
-  const own = new AbortController()
-  const signal = AbortSignal.any([u.signal, deadline.signal, own.signal])
-  let finished = false
-  try {
-    const res = await send({ ...u, headers: { ...u.headers, accept: 'text/event-stream' } }, signal)
-    if (!res.ok) throw await errorFor(res, u.provider)
-    if (!res.body) throw malformed(u.provider, 'no body')
-    const queue: EventSourceMessage[] = []
-    let overflow = false
-    const parser = parserOf((e) => queue.push(e), (o) => (overflow ||= o))
-    // A TextDecoder in stream mode, not pipeThrough(TextDecoderStream): one stream stage less per
-    // read (~6 µs of CPU a token with 8 streams, bench/README.md).
-    const decoder = new TextDecoder()
-    const reader = res.body.getReader()
-    for (;;) {
-      // Armed only while waiting on the upstream: a slow consumer between two yields is not a stall.
-      deadline.arm()
-      const { done, value } = await reader.read()
-      deadline.clear()
-      if (done) {
-        const rest = decoder.decode()
-        if (rest) parser.feed(rest)
-        if (queue.length > 0) yield queue.splice(0)
-        break
-      }
-      parser.feed(decoder.decode(value, { stream: true }))
-      if (overflow) throw malformed(u.provider, `an event larger than ${MAX_EVENT} characters`)
-      if (queue.length > 0) yield queue.splice(0)
-    }
-    finished = true
-  } catch (err) {
-    throw classify(err, u.provider, u.signal, deadline, `stream from POST ${u.path}`)
-  } finally {
-    deadline.clear()
-    if (!finished) own.abort()
+  const queue: EventSourceMessage[] = []
+  let overflow = false
+  const parser = parserOf((e) => queue.push(e), (o) => (overflow ||= o))
+  // A TextDecoder in stream mode, not pipeThrough(TextDecoderStream): one stream stage less per
+  // read (~6 µs of CPU a token with 8 streams, bench/README.md).
+  const decoder = new TextDecoder()
+  // The reads, their idle time-out, the upstream's errors and the abort of a request left early are
+  // postSseReads'; a stop here (the consumer's or an overflow) returns it, which aborts the request.
+  for await (const value of postSseReads(u)) {
+    parser.feed(decoder.decode(value, { stream: true }))
+    if (overflow) throw malformed(u.provider, `an event larger than ${MAX_EVENT} characters`)
+    if (queue.length > 0) yield queue.splice(0)
   }
+  const rest = decoder.decode()
+  if (rest) parser.feed(rest)
+  if (queue.length > 0) yield queue.splice(0)
 }
 
 /**
