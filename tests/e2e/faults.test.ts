@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { waitFor } from '../helpers/harness'
-import { apiCall, EMBEDDED, freePort, killAll, spawnProcess, spawnService, type ServiceProcess, type Spawned } from '../helpers/process'
+import { apiCall, EMBEDDED, freePort, killAll, listening, spawnProcess, spawnService, type ServiceProcess, type Spawned } from '../helpers/process'
 
 /**
  * Redis unreachable (docs/deployment.md): the service on a Redis of this file's own (a real redis-server on a
@@ -21,15 +21,7 @@ function startRedis(): Spawned {
   return spawnProcess(['redis-server', '--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'])
 }
 
-async function redisAnswers(): Promise<boolean> {
-  try {
-    const socket = await Bun.connect({ hostname: '127.0.0.1', port: redisPort, socket: { data() {} } })
-    socket.end()
-    return true
-  } catch {
-    return false
-  }
-}
+const redisAnswers = () => listening(redisPort)
 
 beforeAll(async () => {
   tmp = mkdtempSync(join(tmpdir(), 'ap-faults-'))

@@ -11,6 +11,17 @@ const handedOut = new Set<number>()
  * A port nobody listens on right now: bind port 0, read what the kernel gave, let it go. Never the
  * same port twice in one test process, so services started side by side cannot collide.
  */
+/** Whether something accepts a TCP connection on 127.0.0.1:`port` (a server started, or gone). */
+export async function listening(port: number): Promise<boolean> {
+  try {
+    const socket = await Bun.connect({ hostname: '127.0.0.1', port, socket: { data() {} } })
+    socket.end()
+    return true
+  } catch {
+    return false
+  }
+}
+
 export function freePort(): number {
   for (;;) {
     const listener = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })

@@ -5,7 +5,7 @@ import { accessCommitted } from '../../src/store/access-generation'
 import type { AccessAndBudget } from '../../src/store/credits'
 import { IoRedis } from '../../src/store/redis/ioredis'
 import { waitFor } from '../helpers/harness'
-import { freePort, killAll, spawnProcess, type Spawned } from '../helpers/process'
+import { freePort, killAll, listening, spawnProcess, type Spawned } from '../helpers/process'
 
 /**
  * The server-mode rules of the check's kept answers (src/domain/access-cache.ts), on a real
@@ -26,15 +26,7 @@ const heard: string[] = []
 const start = () => {
   server = spawnProcess(['redis-server', '--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'])
 }
-async function answers() {
-  try {
-    const socket = await Bun.connect({ hostname: '127.0.0.1', port, socket: { data() {} } })
-    socket.end()
-    return true
-  } catch {
-    return false
-  }
-}
+const answers = () => listening(port)
 
 beforeAll(async () => {
   port = freePort()

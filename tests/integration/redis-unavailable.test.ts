@@ -3,7 +3,7 @@ import Redis from 'ioredis'
 import { RedisUnavailableError } from '../../src/store/redis'
 import { IoRedis } from '../../src/store/redis/ioredis'
 import { waitFor } from '../helpers/harness'
-import { freePort, killAll, spawnProcess, type Spawned } from '../helpers/process'
+import { freePort, killAll, listening, spawnProcess, type Spawned } from '../helpers/process'
 
 /**
  * The ioredis adapter when Redis cannot serve: a real redis-server of this file's own, killed with
@@ -25,15 +25,7 @@ function admin() {
   client.on('error', () => {})
   return client
 }
-async function answers() {
-  try {
-    const socket = await Bun.connect({ hostname: '127.0.0.1', port, socket: { data() {} } })
-    socket.end()
-    return true
-  } catch {
-    return false
-  }
-}
+const answers = () => listening(port)
 async function channels(): Promise<string[]> {
   const a = admin()
   try {
