@@ -1,6 +1,6 @@
 import type { Logger } from 'pino'
 import { randomBase62 } from '../lib/ids'
-import { accessChangedSince, accessGeneration, accessChanged, everyAccessChanged, onAccessCommitted } from '../store/access-generation'
+import { accessChangedSince, accessGeneration, accessChanged, everyAccessChanged, onAccessCommitted, spendId } from '../store/access-generation'
 import type { accessAndBudget } from '../store/credits'
 import type { RedisPort } from '../store/redis'
 import type { Unsubscribe } from '../store/redis/port'
@@ -17,7 +17,9 @@ const ORIGIN = randomBase62(16)
 /**
  * The answers of the hot read before a model call (`accessAndBudget`: the workspace, the caller's
  * role, the budget and the period's committed spend), kept until a write that could change one of
- * them (store/access-generation.ts): one query less per call while nothing changes. A knowledge
+ * them (store/access-generation.ts): one query less per call while nothing changes. An answer with a
+ * hard-limit budget also depends on the workspace's spend (`spendId`), which every batch of its
+ * charges announces; any other answer outlives those batches. A knowledge
  * search keeps its base's row here too (domain/knowledge/search.ts), under the base's own id, which
  * its update and delete announce as a workspace's change is announced.
  *
@@ -32,7 +34,7 @@ const ORIGIN = randomBase62(16)
  *   subscription is lost nothing is kept or served; once it is back, everything is dropped.
  */
 export class AccessCache {
-  private entries = new Map<string, { workspaceId: string; generation: number; at: number; answer: unknown }>()
+  private entries = new Map<string, { ids: string | readonly string[]; generation: number; at: number; answer: unknown }>()
   /** False while the subscription that tells of other processes' changes is lost. */
   private live = true
   private stops: (() => unknown)[] = []
@@ -82,7 +84,7 @@ export class AccessCache {
     if (hit !== undefined) return hit
     const sent = this.begin()
     const answer = await read()
-    this.keep(workspaceId, key, sent, answer)
+    this.keep(accessIds(workspaceId, answer), key, sent, answer)
     return answer
   }
 
@@ -90,7 +92,7 @@ export class AccessCache {
   peek<T>(key: string): T | undefined {
     if (!this.enabled) return undefined
     const hit = this.entries.get(key)
-    if (!hit || accessChangedSince(hit.workspaceId, hit.generation) || this.now() - hit.at >= this.ttlMs) return undefined
+    if (!hit || changedSince(hit.ids, hit.generation) || this.now() - hit.at >= this.ttlMs) return undefined
     return hit.answer as T
   }
 
@@ -100,21 +102,32 @@ export class AccessCache {
   }
 
   /**
-   * Keeps `answer` (read about `workspaceId`, sent at `sent`), only if that id did not change since
-   * the read was sent: it may not have seen that change. `workspaceId` is any id that every write
-   * changing the answer announces (store/access-generation.ts): a workspace's, or a knowledge base's
-   * for its row (domain/knowledge/bases.ts announces its updates and deletes).
+   * Keeps `answer` (read about `ids`, sent at `sent`), only if none of them changed since the read
+   * was sent: it may not have seen that change. `ids` are the ids that every write changing the
+   * answer announces (store/access-generation.ts): a workspace's (`accessIds` for an access answer),
+   * or a knowledge base's for its row (domain/knowledge/bases.ts announces its updates and deletes).
    */
-  keep(workspaceId: string, key: string, sent: Sent, answer: unknown): void {
-    if (!this.enabled || accessChangedSince(workspaceId, sent.generation)) return
+  keep(ids: string | readonly string[], key: string, sent: Sent, answer: unknown): void {
+    if (!this.enabled || changedSince(ids, sent.generation)) return
     if (this.entries.has(key)) this.entries.delete(key)
     else if (this.entries.size >= MAX_ENTRIES) this.entries.delete(this.entries.keys().next().value!)
-    this.entries.set(key, { workspaceId, generation: sent.generation, at: sent.at, answer })
+    this.entries.set(key, { ids, generation: sent.generation, at: sent.at, answer })
   }
 
   private now(): number {
     return this.ttlMs === Infinity ? 0 : Date.now()
   }
+}
+
+/** What an access answer about `workspaceId` depends on: the workspace, and its spend when a hard limit compares it. */
+export function accessIds(workspaceId: string, answer: Answer): string | readonly string[] {
+  return answer?.budget?.hard_limit ? [workspaceId, spendId(workspaceId)] : workspaceId
+}
+
+function changedSince(ids: string | readonly string[], generation: number): boolean {
+  if (typeof ids === 'string') return accessChangedSince(ids, generation)
+  for (const id of ids) if (accessChangedSince(id, generation)) return true
+  return false
 }
 
 /** When a read was sent: the generation (store/access-generation.ts) and the time. */

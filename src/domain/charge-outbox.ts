@@ -6,7 +6,7 @@ import { traceContext, tracingOn, type TraceCarrier } from '../lib/tracing'
 import type { Pool } from '../store/db'
 import { tryFlock } from '../store/data-dir-lock'
 import { addCharges, periodStart, type Charge, type JournaledCharge } from '../store/credits'
-import { changingAccess } from '../store/access-generation'
+import { changingAccess, spendId } from '../store/access-generation'
 
 /** Charges in one statement at most: a backlog (a replay, a database that was away) goes in several. */
 const MAX_ROWS = 500
@@ -171,7 +171,7 @@ export class ChargeOutbox {
     try {
       for (let i = 0; i < batch.length; i += MAX_ROWS) {
         const slice = batch.slice(i, i + MAX_ROWS)
-        const { fired } = await changingAccess(workspacesOf(slice), () => addCharges(this.o.sql, slice, traces.slice(i, i + MAX_ROWS)))
+        const { fired } = await changingAccess(spendIdsOf(slice), () => addCharges(this.o.sql, slice, traces.slice(i, i + MAX_ROWS)))
         if (fired.length > 0) this.o.nudgeEvents()
       }
     } catch (err) {
@@ -203,10 +203,10 @@ export class ChargeOutbox {
 
 const heldKey = (workspaceId: string, period: string) => `${workspaceId} ${period}`
 
-/** The workspaces of a batch, each once: their period's spend changes (announced: store/access-generation.ts). */
-function workspacesOf(charges: readonly JournaledCharge[]): string[] {
+/** The spend ids of a batch's workspaces, each once: their period's spend changes (announced: store/access-generation.ts). */
+function spendIdsOf(charges: readonly JournaledCharge[]): string[] {
   const ids = new Set<string>()
-  for (const c of charges) ids.add(c.workspace_id)
+  for (const c of charges) ids.add(spendId(c.workspace_id))
   return [...ids]
 }
 
@@ -238,7 +238,7 @@ async function replayOrphans(o: ChargeOutboxOptions): Promise<void> {
       }
       for (let i = 0; i < charges.length; i += MAX_ROWS) {
         const slice = charges.slice(i, i + MAX_ROWS)
-        const { fired } = await changingAccess(workspacesOf(slice), () => addCharges(o.sql, slice))
+        const { fired } = await changingAccess(spendIdsOf(slice), () => addCharges(o.sql, slice))
         if (fired.length > 0) o.nudgeEvents()
       }
       if (charges.length > 0 || torn > 0) o.log.info({ journal: dir, charges: charges.length, torn }, 'credits: replayed the journal of a process that stopped without writing it')

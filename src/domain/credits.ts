@@ -76,7 +76,7 @@ function exceeded(workspaceId: string, budget: { used: string; credits: string; 
  * ledger row, the running total, and every threshold it crosses, decided under the period row's lock,
  * so each threshold's `credit.budget.threshold` event is written once per period, committed with the
  * charge. A model call outside such a transaction is charged through the write-behind instead
- * (charge-outbox.ts). * The caller announces the workspace once its transaction is over (`accessCommitted`,
+ * (charge-outbox.ts). The caller announces the workspace's spend once its transaction is over (`accessCommitted` of `spendId`,
  * store/access-generation.ts): the period's spend changed.
  */
 export async function chargeIn(tx: Tx, c: store.Charge, now = new Date()): Promise<{ crossed: number[] }> {

@@ -1,7 +1,8 @@
 /**
  * What tells the kept answers of `accessAndBudget` (store/credits.ts; domain/access-cache.ts) that
- * they may be out of date: a workspace's row, its members, its budget, its period's spend; and of
- * a knowledge base's row, kept by searches under the base's id (domain/knowledge/bases.ts announces it).
+ * they may be out of date: a workspace's row, its members, its budget; its period's spend, under an
+ * id of its own (`spendId`), which only answers holding a hard-limit budget depend on; and of a
+ * knowledge base's row, kept by searches under the base's id (domain/knowledge/bases.ts announces it).
  *
  * A counter, `generation`, moves on every change seen by this process, and each workspace remembers
  * the generation of its last change: an answer read at generation g stays good while its workspace
@@ -21,6 +22,15 @@ let everything = 0
 /** Workspace id → the generation of its last change. */
 const changed = new Map<string, number>()
 const MAX_REMEMBERED = 10_000
+
+/**
+ * The id a workspace's charges announce. Only an answer with a hard-limit budget depends on the
+ * spend (the check compares it); any other answer stays kept across the workspace's charge batches,
+ * so a busy workspace's calls do not read their access again after every batch.
+ */
+export function spendId(workspaceId: string): string {
+  return `${workspaceId}/spend`
+}
 
 export function accessChanged(workspaceId: string): void {
   generation++

@@ -1,6 +1,6 @@
 import { newId } from '../lib/ids'
 import type { Sql, Tx } from './db'
-import { accessChanged } from './access-generation'
+import { accessChanged, spendId } from './access-generation'
 import type { TraceCarrier } from './trace-context'
 import type { Role } from './workspaces'
 
@@ -60,7 +60,7 @@ export async function addCharges(sql: Sql, charges: readonly JournaledCharge[], 
     const key = `${c.workspace_id} ${period}`
     let g = groups.get(key)
     if (g === undefined) {
-      accessChanged(c.workspace_id)
+      accessChanged(spendId(c.workspace_id))
       groups.set(key, (g = gws.length))
       gws.push(c.workspace_id)
       gperiods.push(period)

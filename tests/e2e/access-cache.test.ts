@@ -10,7 +10,8 @@ import { apiCall, type ServiceProcess } from '../helpers/process'
  * two API processes on one PostgreSQL and one Redis. A change made through the API of one (a member
  * removed, a role lowered, the workspace archived, the budget lowered below the spend, the spend
  * raised past the budget) is refused by the very next call in the other, which had the old answer
- * kept: the change is published on Redis before its answer. The kept answers there live for ten
+ * kept: the change is published on Redis before its answer. A batch of charges is published under
+ * the workspace's spend, which only answers holding a hard-limit budget depend on. The kept answers there live for ten
  * minutes (ACCESS_CACHE_TTL_MS) and its own charges are held, so only the message can explain it. A
  * knowledge search keeps its base's row the same way: a base changed (retrieval mode, rerank model,
  * embedding model) or deleted in one process is what the next search in the other uses. A change that is never
@@ -100,6 +101,37 @@ describe.skipIf(!databaseUrl || !redisUrl)('server mode: the check before a mode
     for (let i = 0; i < 3; i++) expect(await chat(a, ws)).toBe(200)
     await change('GET', `/v1/workspaces/${ws}/usage`)
     expect(await chat(b, ws)).toBe(402)
+  })
+
+  test('a batch of charges drops the kept answers a hard limit compares, and no other', async () => {
+    /** A role lowered in SQL (announced by nobody): only a read after it sees it. */
+    const unannounced = async (ws: string, user: string) => {
+      await change('POST', `/v1/workspaces/${ws}/members`, { user_id: user, role: 'developer' })
+      for (let i = 0; i < 2; i++) expect(await chat(b, ws, user)).toBe(200)
+      await cluster.db`update workspace_members set role = 'readonly' where workspace_id = ${ws} and user_id = ${user}`
+      // Charged in a, written by its usage read (the batch is published before that answer).
+      expect(await chat(a, ws)).toBe(200)
+      await change('GET', `/v1/workspaces/${ws}/usage`)
+      // Messages arrive in order: once a later change has reached b, this batch's message has too.
+      const marker = await newWorkspace()
+      expect(await chat(b, marker)).toBe(200)
+      await change('POST', `/v1/workspaces/${marker}/archive`)
+      await waitFor(async () => (await chat(b, marker)) >= 400, { what: 'b to hear of the later change' })
+    }
+    // No budget, and a budget without a hard limit: the spend is not part of the answer's decision,
+    // so b keeps serving the answer it read before the role was lowered.
+    const free = await newWorkspace()
+    await unannounced(free, 'spend-free')
+    expect(await chat(b, free, 'spend-free')).toBe(200)
+    const soft = await newWorkspace()
+    await change('PUT', `/v1/workspaces/${soft}/budget`, { credits: 1000, period: 'month', thresholds: [50], hard_limit: false })
+    await unannounced(soft, 'spend-soft')
+    expect(await chat(b, soft, 'spend-soft')).toBe(200)
+    // A hard limit compares the spend: b reads again, and sees the lowered role.
+    const hard = await newWorkspace()
+    await change('PUT', `/v1/workspaces/${hard}/budget`, { credits: 1000, period: 'month', thresholds: [], hard_limit: true })
+    await unannounced(hard, 'spend-hard')
+    expect(await chat(b, hard, 'spend-hard')).toBe(403)
   })
 
   test('a knowledge base changed or deleted in one process: the next search in the other follows', async () => {

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createLogger } from '../../src/boot'
 import { ACCESS_CHANNEL, AccessCache } from '../../src/domain/access-cache'
-import { accessCommitted } from '../../src/store/access-generation'
+import { accessCommitted, spendId } from '../../src/store/access-generation'
 import type { AccessAndBudget } from '../../src/store/credits'
 import { IoRedis } from '../../src/store/redis/ioredis'
 import { waitFor } from '../helpers/harness'
@@ -47,10 +47,12 @@ afterAll(async () => {
 })
 
 let seq = 0
-const answer = (ws: string): AccessAndBudget => ({ access: { id: ws, owner_id: 'u', status: 'active', role: 'admin' }, budget: null })
+type Budget = AccessAndBudget['budget']
+const answer = (ws: string, budget: Budget = null): AccessAndBudget => ({ access: { id: ws, owner_id: 'u', status: 'active', role: 'admin' }, budget })
+const budget = (hard_limit: boolean): Budget => ({ credits: '100', period: 'month', hard_limit, used: '1' })
 
 /** A key of its own and a read that counts how often it runs. */
-function reader(ws = `ws_kept${++seq}`) {
+function reader(ws = `ws_kept${++seq}`, b: Budget = null) {
   let reads = 0
   const key = `${ws} u 2026-11-01`
   return {
@@ -58,7 +60,7 @@ function reader(ws = `ws_kept${++seq}`) {
     get reads() {
       return reads
     },
-    get: () => cache.get(ws, key, async () => (reads++, answer(ws))),
+    get: () => cache.get(ws, key, async () => (reads++, answer(ws, b))),
   }
 }
 
@@ -90,6 +92,37 @@ describe('answers kept in server mode', () => {
     expect([a.reads, b.reads]).toEqual([2, 1])
     await a.get()
     expect(a.reads).toBe(2)
+  })
+
+  test('a workspace\'s spend drops only the answers that hold a hard-limit budget', async () => {
+    const hard = reader(undefined, budget(true))
+    const soft = reader(undefined, budget(false))
+    const none = reader()
+    const all = [hard, soft, none]
+    for (const r of all) await r.get()
+    // Another process' batch of charges, then one of this process.
+    await fromOther(...all.map((r) => spendId(r.ws)))
+    for (const r of all) await r.get()
+    expect(all.map((r) => r.reads)).toEqual([2, 1, 1])
+    await accessCommitted(all.map((r) => spendId(r.ws)))
+    for (const r of all) await r.get()
+    expect(all.map((r) => r.reads)).toEqual([3, 1, 1])
+    // The workspace itself still drops every one of them.
+    await fromOther(...all.map((r) => r.ws))
+    for (const r of all) await r.get()
+    expect(all.map((r) => r.reads)).toEqual([4, 2, 2])
+  })
+
+  test('a hard-limit answer read while its workspace\'s spend changed is not kept', async () => {
+    const ws = `ws_spent${++seq}`
+    let release!: () => void
+    const late = cache.get(ws, `${ws} u 2026-11-01`, () => new Promise<AccessAndBudget>((resolve) => (release = () => resolve(answer(ws, budget(true))))))
+    await fromOther(spendId(ws))
+    release()
+    await late
+    const r = reader(ws, budget(true))
+    await r.get()
+    expect(r.reads).toBe(1)
   })
 
   test('a read answered after a message about its workspace is not kept', async () => {

@@ -8,7 +8,7 @@ import { emit } from '../../store/events'
 import { findWorkflow } from '../../store/workflows'
 import { onlyUserOf, type Caller } from '../access'
 import { chargeIn, checkBudget } from '../credits'
-import { accessCommitted } from '../../store/access-generation'
+import { accessCommitted, spendId } from '../../store/access-generation'
 import type { CallContext } from '../models/gateway'
 import type { ChatMessage, FinishReason, ToolCall, ToolDefinition } from '../models/types'
 import { inputSpec, validateInputs } from '../workflows/graph'
@@ -370,7 +370,7 @@ class TurnRunner {
         }])
       }
       for (const c of this.charges) await chargeIn(tx, c)
-    }).finally(() => accessCommitted([...new Set(this.charges.map((c) => c.workspace_id))]))
+    }).finally(() => accessCommitted([...new Set(this.charges.map((c) => spendId(c.workspace_id)))]))
     if (this.charges.length > 0) this.deps.events.nudge()
     return produced ? id : null
   }

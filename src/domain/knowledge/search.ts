@@ -6,6 +6,7 @@ import { authorize, type Caller } from '../access'
 import { accessKey, checkBudgetRow } from '../credits'
 import { accessAndBudget, periodStart, type AccessAndBudget } from '../../store/credits'
 import type { WorkspaceAccessRow } from '../../store/workspaces'
+import { accessIds } from '../access-cache'
 import { round6 } from '../../lib/usage'
 
 /** top_k 1..100, default 5 (docs/knowledge.md, "Search"). */
@@ -66,7 +67,7 @@ export async function searchKnowledgeBase(deps: Deps, caller: Caller, kbId: stri
   const period = periodStart(now)
   // Kept between searches (domain/access-cache.ts): the base's row under its own id, which its update
   // or delete announces (bases.ts; a charge batch of its workspace leaves it), and the caller's access
-  // and the budget as the gateway's check keeps them, under the workspace. A warm search sends
+  // and the budget as the gateway's check keeps them, under the workspace (and its spend, for a hard limit). A warm search sends
   // nothing to PostgreSQL before the embedding call. A deleted workspace takes its bases with it: its
   // access answer, read again after the workspace's announce, is null (404).
   const cache = deps.models.access
@@ -85,7 +86,7 @@ export async function searchKnowledgeBase(deps: Deps, caller: Caller, kbId: stri
     kb = found.kb
     answer = { access: found.access, budget: found.budget }
     cache.keep(kb.id, baseKey, sent, kb)
-    cache.keep(kb.workspace_id, accessKey(kb.workspace_id, caller.userId, period), sent, answer)
+    cache.keep(accessIds(kb.workspace_id, answer), accessKey(kb.workspace_id, caller.userId, period), sent, answer)
   }
   // Another workspace's base, or one the caller may not read: not found, as loadKnowledgeBase answers.
   try {
