@@ -106,12 +106,13 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
     // The check before a model call keeps its answers (access-cache.ts): on the embedded database until
     // a write of their workspace; in server mode, with Redis telling every process of every change, for
     // ACCESS_CACHE_TTL_MS at most; nothing kept with a PostgreSQL shared without Redis.
-    accessCache = new AccessCache(db.kind === 'pglite' ? Infinity : redis.kind === 'redis' ? config.accessCacheTtlMs : 0)
+    const cache = new AccessCache(db.kind === 'pglite' ? Infinity : redis.kind === 'redis' ? config.accessCacheTtlMs : 0)
+    accessCache = cache
     // Before the journal's replay below: its charges are announced to the other processes too.
     if (db.kind !== 'pglite') await accessCache.start(redis, log)
     const events = { nudge: () => {} }
     // Charges a process journaled and did not write (it was killed) are written before anything is served.
-    const charges = await ChargeOutbox.open({ sql: db.sql, dir: join(config.dataDir, 'credits'), log, flushMs: config.creditsFlushMs, nudgeEvents: () => events.nudge() })
+    const charges = await ChargeOutbox.open({ sql: db.sql, dir: join(config.dataDir, 'credits'), log, flushMs: config.creditsFlushMs, nudgeEvents: () => events.nudge(), spent: (totals) => cache.spent(totals) })
     const files = openFileStore(config.storage, db.sql)
     log.info(`uploaded originals are kept in ${files.describe}`)
     return {

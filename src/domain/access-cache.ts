@@ -1,7 +1,7 @@
 import type { Logger } from 'pino'
 import { randomBase62 } from '../lib/ids'
-import { accessChangedSince, accessGeneration, accessChanged, everyAccessChanged, onAccessCommitted, spendId } from '../store/access-generation'
-import type { accessAndBudget } from '../store/credits'
+import { accessChangedSince, accessGeneration, accessChanged, everyAccessChanged, lastAccessChange, onAccessCommitted, spendId } from '../store/access-generation'
+import type { accessAndBudget, SpentTotal } from '../store/credits'
 import type { RedisPort } from '../store/redis'
 import type { Unsubscribe } from '../store/redis/port'
 
@@ -19,7 +19,9 @@ const ORIGIN = randomBase62(16)
  * role, the budget and the period's committed spend), kept until a write that could change one of
  * them (store/access-generation.ts): one query less per call while nothing changes. An answer with a
  * hard-limit budget also depends on the workspace's spend (`spendId`), which every batch of its
- * charges announces; any other answer outlives those batches. A knowledge
+ * charges announces; any other answer outlives those batches. On the embedded database, a batch of
+ * this process' own charges hands its new committed total to the answers it would drop instead
+ * (`spent`): a busy hard-limit workspace's calls do not read their access again after each batch. A knowledge
  * search keeps its base's row here too (domain/knowledge/search.ts), under the base's own id, which
  * its update and delete announce as a workspace's change is announced.
  *
@@ -34,7 +36,9 @@ const ORIGIN = randomBase62(16)
  *   subscription is lost nothing is kept or served; once it is back, everything is dropped.
  */
 export class AccessCache {
-  private entries = new Map<string, { ids: string | readonly string[]; generation: number; at: number; answer: unknown }>()
+  private entries = new Map<string, Entry>()
+  /** The keys of the hard-limit answers, by the spend they hold (`spendKey`): what `spent` updates. */
+  private bySpend = new Map<string, Set<string>>()
   /** False while the subscription that tells of other processes' changes is lost. */
   private live = true
   private stops: (() => unknown)[] = []
@@ -60,6 +64,7 @@ export class AccessCache {
       (lost) => {
         everyAccessChanged()
         this.entries.clear()
+        this.bySpend.clear()
         this.live = !lost
       },
     )
@@ -79,13 +84,50 @@ export class AccessCache {
     for (const stop of this.stops.splice(0)) await stop()
   }
 
-  async get(workspaceId: string, key: string, read: () => Promise<Answer>): Promise<Answer> {
+  /** The access answer kept under `key` (about `workspaceId`; its spend that of `period`, YYYY-MM-DD), else `read`'s, kept. */
+  async get(workspaceId: string, key: string, read: () => Promise<Answer>, period?: string): Promise<Answer> {
     const hit = this.peek<Answer>(key)
     if (hit !== undefined) return hit
     const sent = this.begin()
     const answer = await read()
-    this.keep(accessIds(workspaceId, answer), key, sent, answer)
+    this.keepAccess(workspaceId, period, key, sent, answer)
     return answer
+  }
+
+  /**
+   * `keep` for an access answer about `workspaceId` whose budget's spend is that of `period`
+   * (YYYY-MM-DD; without it, a batch of charges drops the answer instead of updating it: `spent`).
+   */
+  keepAccess(workspaceId: string, period: string | undefined, key: string, sent: Sent, answer: Answer): void {
+    const ids = accessIds(workspaceId, answer)
+    this.keep(ids, key, sent, answer, typeof ids === 'string' || period === undefined ? undefined : spendKey(workspaceId, period))
+  }
+
+  /**
+   * A batch of this process' charges is committed: the hard-limit answers it made out of date
+   * (their spend announced by the batch, nothing else changed since their read) hold its new total
+   * instead, as a read sent with the batch would have answered. Only where the batch's announce is
+   * still the spend's last change: on the embedded database, whose one connection answers in order
+   * (a read sent after the batch sees it, and the batch saw every write sent before it). In server
+   * mode the batch is announced once more when committed (`changingAccess`): those answers stay
+   * dropped. Called in the same turn as the charges leave the held credits (charge-outbox.ts), so a
+   * check never counts them twice.
+   */
+  spent(totals: readonly SpentTotal[]): void {
+    if (!this.enabled) return
+    for (const t of totals) {
+      if (!lastAccessChange(spendId(t.workspace_id), t.generation)) continue
+      const keys = this.bySpend.get(spendKey(t.workspace_id, t.period))
+      if (!keys) continue
+      for (const key of keys) {
+        const e = this.entries.get(key)!
+        const answer = e.answer as NonNullable<Answer>
+        // Read after the batch was sent: it saw it. Its workspace changed since its read: dropped.
+        if (e.generation >= t.generation || accessChangedSince(t.workspace_id, e.generation) || !answer.budget) continue
+        e.answer = { ...answer, budget: { ...answer.budget, used: t.used } }
+        e.generation = t.generation
+      }
+    }
   }
 
   /** A kept answer that is still good (its workspace unchanged since its read, within `ttlMs`), or undefined. */
@@ -107,17 +149,42 @@ export class AccessCache {
    * answer announces (store/access-generation.ts): a workspace's (`accessIds` for an access answer),
    * or a knowledge base's for its row (domain/knowledge/bases.ts announces its updates and deletes).
    */
-  keep(ids: string | readonly string[], key: string, sent: Sent, answer: unknown): void {
+  keep(ids: string | readonly string[], key: string, sent: Sent, answer: unknown, spend?: string): void {
     if (!this.enabled || changedSince(ids, sent.generation)) return
-    if (this.entries.has(key)) this.entries.delete(key)
-    else if (this.entries.size >= MAX_ENTRIES) this.entries.delete(this.entries.keys().next().value!)
-    this.entries.set(key, { ids, generation: sent.generation, at: sent.at, answer })
+    if (this.entries.has(key)) this.drop(key)
+    else if (this.entries.size >= MAX_ENTRIES) this.drop(this.entries.keys().next().value!)
+    this.entries.set(key, { ids, generation: sent.generation, at: sent.at, answer, spend })
+    if (spend !== undefined) {
+      const keys = this.bySpend.get(spend)
+      if (keys) keys.add(key)
+      else this.bySpend.set(spend, new Set([key]))
+    }
+  }
+
+  private drop(key: string): void {
+    const spend = this.entries.get(key)?.spend
+    this.entries.delete(key)
+    if (spend === undefined) return
+    const keys = this.bySpend.get(spend)!
+    keys.delete(key)
+    if (keys.size === 0) this.bySpend.delete(spend)
   }
 
   private now(): number {
     return this.ttlMs === Infinity ? 0 : Date.now()
   }
 }
+
+interface Entry {
+  ids: string | readonly string[]
+  generation: number
+  at: number
+  answer: unknown
+  /** A hard-limit access answer: the workspace's spend and period its `used` is (`spendKey`). */
+  spend?: string
+}
+
+const spendKey = (workspaceId: string, period: string) => `${workspaceId} ${period}`
 
 /** What an access answer about `workspaceId` depends on: the workspace, and its spend when a hard limit compares it. */
 export function accessIds(workspaceId: string, answer: Answer): string | readonly string[] {

@@ -5,7 +5,7 @@ import { newId } from '../lib/ids'
 import { traceContext, tracingOn, type TraceCarrier } from '../lib/tracing'
 import type { Pool } from '../store/db'
 import { tryFlock } from '../store/data-dir-lock'
-import { addCharges, periodStart, type Charge, type JournaledCharge } from '../store/credits'
+import { addCharges, periodStart, type Charge, type JournaledCharge, type SpentTotal } from '../store/credits'
 import { changingAccess, spendId } from '../store/access-generation'
 
 /** Charges in one statement at most: a backlog (a replay, a database that was away) goes in several. */
@@ -26,6 +26,11 @@ export interface ChargeOutboxOptions {
   flushMs: number
   /** Called after a batch fired thresholds: their events are in the outbox. */
   nudgeEvents: () => void
+  /**
+   * Told each committed batch's new period totals, in the same turn as its charges stop being held
+   * (`pending`): the access cache's kept answers take them (access-cache.ts, `spent`).
+   */
+  spent?: (totals: readonly SpentTotal[]) => void
 }
 
 /**
@@ -168,11 +173,13 @@ export class ChargeOutbox {
     this.seal()
     const segments = this.sealed
     this.sealed = []
+    const spent: SpentTotal[] = []
     try {
       for (let i = 0; i < batch.length; i += MAX_ROWS) {
         const slice = batch.slice(i, i + MAX_ROWS)
-        const { fired } = await changingAccess(spendIdsOf(slice), () => addCharges(this.o.sql, slice, traces.slice(i, i + MAX_ROWS)))
-        if (fired.length > 0) this.o.nudgeEvents()
+        const result = await changingAccess(spendIdsOf(slice), () => addCharges(this.o.sql, slice, traces.slice(i, i + MAX_ROWS)))
+        if (result.fired.length > 0) this.o.nudgeEvents()
+        spent.push(...result.spent)
       }
     } catch (err) {
       // Kept, journaled and counted against the hard limit, for the next try (a replay is harmless).
@@ -190,6 +197,8 @@ export class ChargeOutbox {
       if (--h.count === 0) this.held.delete(key)
       else h.credits -= c.credits
     }
+    // No await since the last statement answered: a check sees these credits either held or committed, once.
+    this.o.spent?.(spent)
     // Last: a segment that cannot be deleted is replayed by a later start, which writes nothing twice.
     for (const segment of segments) {
       try {

@@ -46,7 +46,8 @@ export async function checkBudget(sql: Pool, workspaceId: string, held: PendingC
  * exhausted budget (402), as when the two were asked apart.
  */
 export async function checkAccessAndBudget(sql: Pool, caller: Caller, workspaceId: string, held: PendingCredits, cache: AccessCache, now = new Date()): Promise<void> {
-  const row = await cache.get(workspaceId, accessKey(workspaceId, caller.userId, store.periodStart(now)), () => store.accessAndBudget(sql, workspaceId, caller.userId, now))
+  const period = store.periodStart(now)
+  const row = await cache.get(workspaceId, accessKey(workspaceId, caller.userId, period), () => store.accessAndBudget(sql, workspaceId, caller.userId, now), period)
   authorize(caller, row?.access as WorkspaceAccessRow | null ?? null, 'use', { id: workspaceId })
   const budget = row!.budget
   if (!budget?.hard_limit) return

@@ -51,6 +51,14 @@ export function accessGeneration(): number {
   return generation
 }
 
+/**
+ * Whether the change announced at `at` is still the last one of `id`: nothing changed it after, and
+ * nothing dropped every answer since.
+ */
+export function lastAccessChange(id: string, at: number): boolean {
+  return changed.get(id) === at && everything < at
+}
+
 /** Whether an answer about `workspaceId` read at generation `since` may be out of date. */
 export function accessChangedSince(workspaceId: string, since: number): boolean {
   return since !== generation && (everything > since || (changed.get(workspaceId) ?? 0) > since)

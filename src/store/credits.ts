@@ -1,6 +1,6 @@
 import { newId } from '../lib/ids'
 import type { Sql, Tx } from './db'
-import { accessChanged, spendId } from './access-generation'
+import { accessChanged, accessGeneration, spendId } from './access-generation'
 import type { TraceCarrier } from './trace-context'
 import type { Role } from './workspaces'
 
@@ -47,11 +47,15 @@ export interface JournaledCharge extends Charge {
  * `credit.budget.threshold` events, each with the total as it stood after the charge that crossed
  * its line (a running sum over the batch in answer order), as a charge at a time would report it.
  * A batch replayed after a crash inserts no row again, so it raises no total and fires nothing.
- * Returns the workspaces whose thresholds fired.
+ * Returns the workspaces whose thresholds fired, and each period's committed total after the batch
+ * (`spent`), with the generation at which the batch announced its workspace's spend
+ * (store/access-generation.ts).
  */
-export async function addCharges(sql: Sql, charges: readonly JournaledCharge[], traces: readonly (TraceCarrier | null)[] = []): Promise<{ fired: { workspace_id: string; fired_now: number[] }[] }> {
-  if (charges.length === 0) return { fired: [] }
+export async function addCharges(sql: Sql, charges: readonly JournaledCharge[], traces: readonly (TraceCarrier | null)[] = []): Promise<{ fired: { workspace_id: string; fired_now: number[] }[]; spent: SpentTotal[] }> {
+  if (charges.length === 0) return { fired: [], spent: [] }
   const groups = new Map<string, number>()
+  /** Workspace → the generation of its spend's announce (the last one, for a batch over two periods). */
+  const announced = new Map<string, number>()
   const gws: string[] = []
   const gperiods: string[] = []
   const gtraces: (string | null)[] = []
@@ -61,6 +65,7 @@ export async function addCharges(sql: Sql, charges: readonly JournaledCharge[], 
     let g = groups.get(key)
     if (g === undefined) {
       accessChanged(spendId(c.workspace_id))
+      announced.set(c.workspace_id, accessGeneration())
       groups.set(key, (g = gws.length))
       gws.push(c.workspace_id)
       gperiods.push(period)
@@ -70,7 +75,7 @@ export async function addCharges(sql: Sql, charges: readonly JournaledCharge[], 
     if (trace) gtraces[g] = JSON.stringify(trace)
   }
   const evtIds = Array.from({ length: gws.length * MAX_THRESHOLDS }, () => newId('evt'))
-  const rows = await sql<{ workspace_id: string; fired_now: number[] }[]>`
+  const rows = await sql<{ workspace_id: string; period: string; used: string; fired_now: number[] }[]>`
     with input as (
       select i.*, date_trunc('month', i.created_at at time zone 'UTC')::date as period_start
       from unnest(${charges.map((c) => c.id)}::text[], ${charges.map((c) => c.workspace_id)}::text[], ${charges.map((c) => c.model)}::text[],
@@ -121,8 +126,23 @@ export async function addCharges(sql: Sql, charges: readonly JournaledCharge[], 
       cross join unnest(total.fired_now) with ordinality f(t, n)
       join workspace_budgets b on b.workspace_id = total.workspace_id
     )
-    select workspace_id, fired_now from total where cardinality(fired_now) > 0`
-  return { fired: rows }
+    select workspace_id, to_char(period_start, 'YYYY-MM-DD') as period, used::text as used, fired_now from total`
+  return {
+    fired: rows.filter((r) => r.fired_now.length > 0).map((r) => ({ workspace_id: r.workspace_id, fired_now: r.fired_now })),
+    spent: rows.map((r) => ({ workspace_id: r.workspace_id, period: r.period, used: r.used, generation: announced.get(r.workspace_id)! })),
+  }
+}
+
+/**
+ * A period's committed total right after a batch of charges (`used` as the access-and-budget read
+ * answers it), and the generation at which the batch announced the workspace's spend.
+ */
+export interface SpentTotal {
+  workspace_id: string
+  /** YYYY-MM-DD, as `periodStart`. */
+  period: string
+  used: string
+  generation: number
 }
 
 export async function putBudget(tx: Tx, b: Omit<BudgetRow, 'updated_at' | 'credits'> & { credits: number }): Promise<BudgetRow> {

@@ -401,6 +401,30 @@ describe('the check before a call follows every change at once', () => {
   })
 })
 
+describe('the check\'s kept answer across this process\' batches of charges', () => {
+  // Embedded database only: a batch hands its committed total to the kept hard-limit answers
+  // (src/domain/access-cache.ts, `spent`); in server mode they are dropped and read again.
+  test.skipIf(Boolean(process.env.DATABASE_URL))('a hard-limit answer is kept across each batch with the exact total, and the limit still holds', async () => {
+    const ws = await newWorkspace()
+    expect((await putBudget(ws, budget(1, [], true))).status).toBe(200)
+    reports('priced-up', 100, 200) // 0.5 a call
+    const key = `${ws} credits-owner ${periodStart()}`
+    const kept = () => h.deps.models.access.peek<{ budget: { used: string } }>(key)
+    expect((await chat(ws)).status).toBe(200)
+    await written()
+    const [p1] = await h.deps.db.sql<{ used: string }[]>`select used::text as used from credit_periods where workspace_id = ${ws}`
+    expect(p1!.used).toBe('0.500000')
+    expect(kept()?.budget.used).toBe('0.500000')
+    expect((await chat(ws, 'priced', { stream: true })).status).toBe(200)
+    await written()
+    expect(kept()?.budget.used).toBe('1.000000')
+    // Refused from the kept answer: used 1 ≥ 1.
+    const upstream = upstreamCalls('priced-up')
+    expect((await chat(ws)).status).toBe(402)
+    expect(upstreamCalls('priced-up')).toBe(upstream)
+  })
+})
+
 describe('concurrency', () => {
   test('50 calls at once: 50 ledger rows, the period total is their exact sum, each threshold fired once', async () => {
     const ws = await newWorkspace()

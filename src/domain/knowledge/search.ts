@@ -6,7 +6,6 @@ import { authorize, type Caller } from '../access'
 import { accessKey, checkBudgetRow } from '../credits'
 import { accessAndBudget, periodStart, type AccessAndBudget } from '../../store/credits'
 import type { WorkspaceAccessRow } from '../../store/workspaces'
-import { accessIds } from '../access-cache'
 import { round6 } from '../../lib/usage'
 
 /** top_k 1..100, default 5 (docs/knowledge.md, "Search"). */
@@ -76,7 +75,7 @@ export async function searchKnowledgeBase(deps: Deps, caller: Caller, kbId: stri
   let answer: AccessAndBudget | null
   if (kb) {
     const workspaceId = kb.workspace_id
-    answer = await cache.get(workspaceId, accessKey(workspaceId, caller.userId, period), () => accessAndBudget(deps.db.sql, workspaceId, caller.userId, now))
+    answer = await cache.get(workspaceId, accessKey(workspaceId, caller.userId, period), () => accessAndBudget(deps.db.sql, workspaceId, caller.userId, now), period)
   } else {
     // The base, the caller's access and the workspace's budget in one read (as loadKnowledgeBase and
     // the gateway's budget check would answer them), each kept.
@@ -86,7 +85,7 @@ export async function searchKnowledgeBase(deps: Deps, caller: Caller, kbId: stri
     kb = found.kb
     answer = { access: found.access, budget: found.budget }
     cache.keep(kb.id, baseKey, sent, kb)
-    cache.keep(accessIds(kb.workspace_id, answer), accessKey(kb.workspace_id, caller.userId, period), sent, answer)
+    cache.keepAccess(kb.workspace_id, period, accessKey(kb.workspace_id, caller.userId, period), sent, answer)
   }
   // Another workspace's base, or one the caller may not read: not found, as loadKnowledgeBase answers.
   try {

@@ -1,0 +1,104 @@
+import { describe, expect, test } from 'bun:test'
+import { AccessCache } from '../../src/domain/access-cache'
+import { accessChanged, accessGeneration, spendId } from '../../src/store/access-generation'
+import type { AccessAndBudget } from '../../src/store/credits'
+
+/**
+ * The embedded database's kept answers across a batch of this process' charges (src/domain/access-cache.ts,
+ * `spent`): a hard-limit answer takes the batch's new total instead of being read again, but only where
+ * the batch's announce is the last change of the workspace's spend and nothing else about it changed.
+ */
+const PERIOD = '2026-11-01'
+let seq = 0
+
+function reader(cache: AccessCache, hard = true) {
+  const ws = `ws_spent${++seq}`
+  const key = `${ws} u ${PERIOD}`
+  let reads = 0
+  const answer = (): AccessAndBudget => ({ access: { id: ws, owner_id: 'u', status: 'active', role: 'admin' }, budget: { credits: '100', period: 'month', hard_limit: hard, used: '1.000000' } })
+  return {
+    ws,
+    get reads() {
+      return reads
+    },
+    get: () => cache.get(ws, key, async () => (reads++, answer()), PERIOD),
+    /** What a batch of charges does: its announce before it is sent, then its committed total. */
+    batch: (used: string, period = PERIOD) => {
+      accessChanged(spendId(ws))
+      const generation = accessGeneration()
+      return () => cache.spent([{ workspace_id: ws, period, used, generation }])
+    },
+  }
+}
+
+describe('a batch of this process\' charges and the kept answers (embedded)', () => {
+  test('a hard-limit answer takes the batch\'s total, without a read', async () => {
+    const cache = new AccessCache(Infinity)
+    const r = reader(cache)
+    await r.get()
+    const committed = r.batch('1.500000')
+    committed()
+    const a = await r.get()
+    expect(r.reads).toBe(1)
+    expect(a!.budget!.used).toBe('1.500000')
+    // The next batch again.
+    r.batch('2.000000')()
+    expect((await r.get())!.budget!.used).toBe('2.000000')
+    expect(r.reads).toBe(1)
+  })
+
+  test('the spend changed again after the batch was sent: read again', async () => {
+    const cache = new AccessCache(Infinity)
+    const r = reader(cache)
+    await r.get()
+    const committed = r.batch('1.500000')
+    // Another charge of the workspace (an agent's transaction) sent after the batch.
+    accessChanged(spendId(r.ws))
+    committed()
+    await r.get()
+    expect(r.reads).toBe(2)
+  })
+
+  test('the workspace itself changed: read again', async () => {
+    const cache = new AccessCache(Infinity)
+    const r = reader(cache)
+    await r.get()
+    accessChanged(r.ws)
+    r.batch('1.500000')()
+    await r.get()
+    expect(r.reads).toBe(2)
+  })
+
+  test('another period\'s total leaves the answer dropped', async () => {
+    const cache = new AccessCache(Infinity)
+    const r = reader(cache)
+    await r.get()
+    r.batch('1.500000', '2026-12-01')()
+    await r.get()
+    expect(r.reads).toBe(2)
+  })
+
+  test('an answer read after the batch was sent is left as it was read', async () => {
+    const cache = new AccessCache(Infinity)
+    const r = reader(cache)
+    const committed = r.batch('1.500000')
+    const a = await r.get()
+    committed()
+    const b = await r.get()
+    expect(r.reads).toBe(1)
+    expect(b).toBe(a)
+    expect(b!.budget!.used).toBe('1.000000')
+  })
+
+  test('an answer kept without its period is dropped as before', async () => {
+    const cache = new AccessCache(Infinity)
+    const r = reader(cache)
+    const key = `${r.ws} v ${PERIOD}`
+    let reads = 0
+    const read = async (): Promise<AccessAndBudget> => (reads++, { access: { id: r.ws, owner_id: 'u', status: 'active', role: 'admin' }, budget: { credits: '100', period: 'month', hard_limit: true, used: '1.000000' } })
+    await cache.get(r.ws, key, read)
+    r.batch('1.500000')()
+    await cache.get(r.ws, key, read)
+    expect(reads).toBe(2)
+  })
+})
