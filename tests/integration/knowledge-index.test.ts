@@ -382,7 +382,7 @@ describe('another embedding size (8 dimensions, an OpenAI-kind provider)', () =>
     // The graph holds normalised halfvec (16-bit) copies of the vectors, as the 384-dimension one does.
     for (const [i, dims] of created.map((c, k) => [c, k === 0 ? 384 : 8] as const)) {
       expect(i.indexdef.replace(/[()]/g, '')).toContain(`USING hnsw l2_normalizeembedding::vector${dims}::halfvec${dims} halfvec_cosine_ops`)
-      expect(i.indexdef).toMatch(new RegExp(`WITH \\(m='16', ef_construction='64'\\) WHERE \\(dims = ${dims}\\)$`))
+      expect(i.indexdef).toMatch(new RegExp(`WITH \\(m='${store.HNSW_M}', ef_construction='${store.HNSW_EF_CONSTRUCTION}'\\) WHERE \\(dims = ${dims}\\)$`))
     }
 
     const texts = { 'a.txt': 'Hubs pair over Thread.', 'b.txt': 'Sensors report every minute.', 'c.txt': 'Thermostats learn a schedule.' }

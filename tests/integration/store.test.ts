@@ -117,6 +117,25 @@ describe('migrations', () => {
     }
   })
 
+  test('00021: a vector index built with pgvector\'s default parameters is built again with m 12 and ef_construction 128, under its name; one built so is left alone', async () => {
+    const m = loadMigrations().find((x) => x.version === 21)!
+    expect(m.name).toBe('hnsw_parameters')
+    const defs = async () =>
+      Object.fromEntries((await db.sql<{ indexname: string; indexdef: string }[]>`select indexname, indexdef from pg_indexes where tablename = 'chunks' and indexname like 'chunks_hnsw_%'`).map((r) => [r.indexname, r.indexdef]))
+    await db.sql.unsafe(`create index chunks_hnsw_7_idx on chunks using hnsw ((l2_normalize(embedding::vector(7))::halfvec(7)) halfvec_cosine_ops) with (m = 16, ef_construction = 64) where dims = 7`)
+    try {
+      const before = await defs()
+      expect(before.chunks_hnsw_384_idx).toMatch(/WITH \(m='12', ef_construction='128'\) WHERE \(dims = 384\)$/)
+      await db.sql.begin((tx) => tx.unsafe(m.sql))
+      const after = await defs()
+      expect(after.chunks_hnsw_384_idx).toBe(before.chunks_hnsw_384_idx!)
+      expect(after.chunks_hnsw_7_idx!.replace(/[()]/g, '')).toContain('USING hnsw l2_normalizeembedding::vector7::halfvec7 halfvec_cosine_ops')
+      expect(after.chunks_hnsw_7_idx).toMatch(/WITH \(m='12', ef_construction='128'\) WHERE \(dims = 7\)$/)
+    } finally {
+      await db.sql`drop index if exists chunks_hnsw_7_idx`
+    }
+  })
+
   test('every foreign key to workspaces cascades, and every workspace_id column has one', async () => {
     const fks = await db.sql<{ table: string; column: string; deltype: string }[]>`
       select c.conrelid::regclass::text as table, a.attname as column, c.confdeltype as deltype

@@ -61,11 +61,14 @@ function sizeOf(sql: Sql, dims: number) {
 
 /**
  * HNSW's candidate list (ef_search) for a search of `limit` rows: at least EF_SEARCH, and never
- * less than four times the rows asked. Measured on a clustered corpus of 100 000 chunks
- * (bench/README.md, "Knowledge at scale"): recall@10 ≥ 0.95 in each of five builds of the graph.
+ * less than twice the rows asked. Measured on a clustered corpus of 100 000 chunks (bench/README.md,
+ * "Knowledge at scale"), 5 builds of the graph (m 12, ef_construction 128: vector-index.ts):
+ * recall@10 at ef_search 40 ≥ 0.963 in each (median 0.974), and the 20 rows of a hybrid search's
+ * list at 40 ≥ 0.962; 50 rows at 100 ≥ 0.996. A hybrid search (both lists 20 deep for top_k 10)
+ * walks with 40 and stays on the search pool's session setting.
  */
-export const EF_SEARCH = 100
-export const efSearchFor = (limit: number) => Math.min(1000, Math.max(EF_SEARCH, limit * 4))
+export const EF_SEARCH = 40
+export const efSearchFor = (limit: number) => Math.min(1000, Math.max(EF_SEARCH, limit * 2))
 
 /**
  * Full-text candidates read from the GIN index per list before ranking: enough for any top_k, few
@@ -87,7 +90,7 @@ const FULLTEXT_POOL = 100
  *
  * In server mode these are the search pool's session settings, sent when each of its connections
  * starts (`Database.search`), so a search is one statement and one round trip; `hnsw.ef_search` is
- * set per search only when its list is longer than EF_SEARCH / 4. On the embedded database (one
+ * set per search only when its list is longer than EF_SEARCH / 2. On the embedded database (one
  * session shared with everything else) each search sets them for its own transaction.
  */
 export const SEARCH_SESSION: Record<string, string> = {
