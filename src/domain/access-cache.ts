@@ -187,7 +187,7 @@ interface Entry {
 const spendKey = (workspaceId: string, period: string) => `${workspaceId} ${period}`
 
 /** What an access answer about `workspaceId` depends on: the workspace, and its spend when a hard limit compares it. */
-export function accessIds(workspaceId: string, answer: Answer): string | readonly string[] {
+function accessIds(workspaceId: string, answer: Answer): string | readonly string[] {
   return answer?.budget?.hard_limit ? [workspaceId, spendId(workspaceId)] : workspaceId
 }
 
