@@ -87,7 +87,7 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
   // Before the store opens: a bad MODELS_FILE stops start-up at once, naming the bad field.
   const catalog = loadCatalog(config.modelsFile)
   const lockWait = (message: string) => (log.warn(message), flushLogs())
-  const db = opts.db ?? (config.databaseUrl ? openPostgres(config.databaseUrl, config.databasePoolMax, config.databaseSearchPoolMax) : await openEmbedded({ dataDir: config.dataDir, lockWaitMs: config.dataDirLockWaitMs, onLockWait: lockWait, template: templateDir() }))
+  const db = opts.db ?? (config.databaseUrl ? openPostgres(config.databaseUrl, config.databasePoolMax, config.databaseSearchPoolMax, config.knowledgeEfSearch) : await openEmbedded({ dataDir: config.dataDir, lockWaitMs: config.dataDirLockWaitMs, onLockWait: lockWait, template: templateDir(), efSearch: config.knowledgeEfSearch }))
   if (db.startedFrom === 'template') log.info('a fresh data directory: started from the migrated template (node_modules/.cache/agent-platform)')
   if (db.startedFrom === 'initdb') {
     if (db.templateFailure) log.warn({ template: templateDir(), reason: db.templateFailure }, 'the migrated template could not be used')

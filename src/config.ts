@@ -4,6 +4,7 @@ import { existsSync, statSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { S3Settings } from './store/files/s3'
+import { EF_SEARCH } from './store/knowledge/search'
 
 /**
  * The only reader of process.env. Every variable of the configuration table (README.md, "Configuration")
@@ -21,6 +22,7 @@ const Env = Type.Object({
   DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
   DATABASE_POOL_MAX: Type.Optional(Int()),
   DATABASE_SEARCH_POOL_MAX: Type.Optional(Int()),
+  KNOWLEDGE_EF_SEARCH: Type.Optional(Int()),
   REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://' })),
   BOOTSTRAP_API_KEY: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{20,128}$' })),
   SECRET_KEY: Type.Optional(Type.String({ minLength: 32 })),
@@ -94,6 +96,8 @@ export interface Config {
   databasePoolMax: number
   /** Knowledge search's own pool (store/db.ts, `Database.search`); 0: none (searches set their settings in a transaction). */
   databaseSearchPoolMax: number
+  /** HNSW's candidate list knowledge searches start from (store/knowledge/search.ts): a longer one finds more of the nearest chunks for more CPU a search (docs/knowledge.md, "Search"). */
+  knowledgeEfSearch: number
   redisUrl: string | null
   bootstrapApiKey: string | null
   secretKey: string | null
@@ -205,6 +209,7 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     databaseUrl: env.DATABASE_URL ?? null,
     databasePoolMax: int('DATABASE_POOL_MAX', 10, 1, 1000),
     databaseSearchPoolMax: int('DATABASE_SEARCH_POOL_MAX', searchPoolDefault(int('DATABASE_POOL_MAX', 10, 1, 1000)), 0, 1000),
+    knowledgeEfSearch: int('KNOWLEDGE_EF_SEARCH', EF_SEARCH, 10, 1000),
     redisUrl: env.REDIS_URL ?? null,
     bootstrapApiKey: env.BOOTSTRAP_API_KEY ?? null,
     secretKey: env.SECRET_KEY ?? null,

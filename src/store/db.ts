@@ -3,7 +3,7 @@ import { join, resolve } from 'node:path'
 import postgres from 'postgres'
 import { searchPoolDefault } from '../config'
 import { lockDataDir } from './data-dir-lock'
-import { SEARCH_SESSION } from './knowledge/search'
+import { EF_SEARCH, searchSession } from './knowledge/search'
 
 export { DataDirLockedError } from './data-dir-lock'
 
@@ -17,11 +17,13 @@ export interface Database {
   sql: postgres.Sql
   /**
    * Server mode: the knowledge search's own pool, whose connections start with the search's planner
-   * and HNSW settings (knowledge/search.ts, SEARCH_SESSION), so that a search is its one statement, one round
+   * and HNSW settings (knowledge/search.ts, searchSession), so that a search is its one statement, one round
    * trip, instead of a transaction that sets them first. Null on the embedded database: one session,
    * so each search sets them for its own transaction.
    */
   search: postgres.Sql | null
+  /** HNSW's candidate list searches start from (KNOWLEDGE_EF_SEARCH): the one the search pool's connections start with. */
+  efSearch: number
   kind: 'pglite' | 'postgres'
   /** Where it is, for the start-up log (never a password). */
   describe: string
@@ -42,16 +44,18 @@ const common = {
 
 /**
  * Server mode: PostgreSQL 15+ with pgvector, through a real pool of `max` connections, and the
- * search's pool of `searchMax` beside it (opened as searches come). `searchMax` 0: no search pool,
- * for a pooler in transaction mode (PgBouncer), which neither passes nor keeps session settings.
+ * search's pool of `searchMax` beside it (opened as searches come), whose connections start with
+ * `efSearch`. `searchMax` 0: no search pool, for a pooler in transaction mode (PgBouncer), which
+ * neither passes nor keeps session settings.
  */
-export function openPostgres(url: string, max: number, searchMax = searchPoolDefault(max)): Database {
+export function openPostgres(url: string, max: number, searchMax = searchPoolDefault(max), efSearch = EF_SEARCH): Database {
   const sql = postgres(url, { ...common, max, idle_timeout: 30, connect_timeout: 10 })
-  const search = searchMax > 0 ? postgres(url, { ...common, max: searchMax, idle_timeout: 30, connect_timeout: 10, connection: { ...common.connection, ...SEARCH_SESSION } }) : null
+  const search = searchMax > 0 ? postgres(url, { ...common, max: searchMax, idle_timeout: 30, connect_timeout: 10, connection: { ...common.connection, ...searchSession(efSearch) } }) : null
   const u = new URL(url)
   return {
     sql,
     search,
+    efSearch,
     kind: 'postgres',
     describe: `postgres ${u.hostname}:${u.port || 5432}${u.pathname}`,
     close: async () => {
@@ -71,6 +75,8 @@ export interface EmbeddedOptions {
   onLockWait?: (message: string) => void
   /** For a data directory that does not exist yet: a migrated data directory to start as a copy of (pglite-template.ts). */
   template?: string
+  /** HNSW's candidate list searches start from (KNOWLEDGE_EF_SEARCH; default EF_SEARCH). */
+  efSearch?: number
 }
 
 /**
@@ -125,6 +131,7 @@ export async function openEmbedded(opts: EmbeddedOptions): Promise<Database> {
     return {
       sql,
       search: null,
+      efSearch: opts.efSearch ?? EF_SEARCH,
       kind: 'pglite',
       startedFrom,
       templateFailure,

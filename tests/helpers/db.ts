@@ -48,16 +48,17 @@ function withDatabase(url: string, name: string): string {
 /**
  * A fresh, migrated database for one test file: a clone of the template on the server Postgres when
  * DATABASE_URL is set (as in CI), otherwise an in-memory PGlite loaded from the template dump.
+ * `efSearch`: the HNSW candidate list its searches start from (KNOWLEDGE_EF_SEARCH; default the product's).
  */
-export async function freshDatabase(): Promise<Database> {
+export async function freshDatabase(opts: { efSearch?: number } = {}): Promise<Database> {
   const url = process.env.DATABASE_URL
-  if (!url) return openEmbedded({ dataDir: null, loadDataDir: await pgliteTemplateDump() })
+  if (!url) return openEmbedded({ dataDir: null, loadDataDir: await pgliteTemplateDump(), efSearch: opts.efSearch })
   const admin = postgres(url, { max: 1, onnotice: () => {} })
   try {
     const template = await serverTemplateName(admin)
     const name = `ap_test_${process.pid}_${Math.random().toString(36).slice(2, 10)}`
     await admin.unsafe(`create database "${name}" template "${template}"`)
-    const db = openPostgres(withDatabase(url, name), 5)
+    const db = openPostgres(withDatabase(url, name), 5, undefined, opts.efSearch)
     return {
       ...db,
       async close() {

@@ -51,7 +51,7 @@ export async function startHarness(env: Record<string, string> = {}): Promise<Ha
   // Uploaded originals go to DATA_DIR/files: a directory of this harness's own, removed at close.
   const dataDir = env.DATA_DIR ? null : mkdtempSync(join(tmpdir(), 'ap-harness-'))
   const config: Config = loadConfig({ LOG_LEVEL: 'silent', BOOTSTRAP_API_KEY: rootKey, SECRET_KEY: generateKey(), ...(dataDir ? { DATA_DIR: dataDir } : {}), ...env })
-  const db = await freshDatabase()
+  const db = await freshDatabase({ efSearch: config.knowledgeEfSearch })
   const redis = freshRedis()
   const deps = await openDeps(config, { db, redis, log: createLogger(config.logLevel) })
   await deps.apiKeys.bootstrap(rootKey)

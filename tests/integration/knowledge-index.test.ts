@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import type { Tx } from '../../src/store/db'
+import type { Database, Tx } from '../../src/store/db'
 import { fuse as fuseLists } from '../../src/domain/knowledge/search'
 import * as store from '../../src/store/knowledge'
 import { startWorkers, type Workers } from '../../src/workers'
@@ -68,8 +68,7 @@ async function explain(tx: Tx, string: string, params: unknown[] = [], analyze =
  * mode the search runs on the search pool, whose connections start with its settings; on the
  * embedded database, in a transaction that sets them first.
  */
-async function searched(q: store.SearchQuery) {
-  const { db } = h.deps
+async function searched(q: store.SearchQuery, db: Database = h.deps.db) {
   const pool = db.search ?? db.sql
   const options = pool.options as unknown as { debug: unknown }
   const before = options.debug
@@ -99,23 +98,48 @@ async function searched(q: store.SearchQuery) {
   })
 }
 
+/**
+ * A vector search of a base above EXACT_MAX (a random query vector): it walks its size's graph, under
+ * the settings the store sets, with `ef` as its candidate list, and answers `limit` rows in distance
+ * order. Server mode: the search pool's connections start with the deployment's list, so a search
+ * that needs no longer one is its one statement, without a transaction (`transaction` false); on the
+ * embedded database, always a transaction that sets them.
+ */
+async function expectWalk(db: Database, kb: string, dims: number, limit: number, ef: number, transaction: boolean) {
+  const { executed, rows, settings, sent } = await searched({ kbId: kb, dims, vector: randomVector(dims), text: null, filters: {}, limit, mode: 'vector' }, db)
+  expect(settings as Record<string, unknown>).toEqual({ iterative: 'relaxed_order', ef, seqscan: 'off', sort: 'off', jit: 'off' })
+  expect(sent.some((s) => /^begin\b/i.test(s) || s.includes('set_config('))).toBe(db.search ? transaction : true)
+  const graph = `Index Scan using chunks_hnsw_${dims}_idx`
+  expect(executed.filter(touchesChunks)).toContain(graph)
+  expect(executed.filter(touchesChunks).filter((n) => n !== graph && !/chunks_kb_idx|chunks_unindexed/.test(n))).toEqual([])
+  expect(rows.vector.length).toBe(limit)
+  for (let i = 1; i < rows.vector.length; i++) expect(rows.vector[i]!.distance).toBeGreaterThanOrEqual(rows.vector[i - 1]!.distance)
+}
+
 const randomVector = (dims: number) => `[${Array.from({ length: dims }, () => Math.random() - 0.5).join(',')}]`
 
-async function createBase(body: Record<string, unknown>): Promise<string> {
-  const res = await h.call('POST', '/v1/knowledge-bases', { key, body: { workspace_id: ws, ...body } })
+/** Where a test's bases are made: a harness, a caller's key, a workspace (the file's, unless a test has its own). */
+interface Site {
+  h: Harness
+  key: string
+  ws: string
+}
+
+async function createBase(body: Record<string, unknown>, at: Site = { h, key, ws }): Promise<string> {
+  const res = await at.h.call('POST', '/v1/knowledge-bases', { key: at.key, body: { workspace_id: at.ws, ...body } })
   if (res.status !== 201) throw new Error(`create base: ${res.status} ${res.text}`)
   return res.body.data.id
 }
 
-async function uploadReady(kb: string, docs: Record<string, string>): Promise<string[]> {
+async function uploadReady(kb: string, docs: Record<string, string>, at: Site = { h, key, ws }): Promise<string[]> {
   const ids: string[] = []
   for (const [name, content] of Object.entries(docs)) {
-    const res = await h.call('POST', `/v1/knowledge-bases/${kb}/documents`, { key, body: { type: 'text', name, content } })
+    const res = await at.h.call('POST', `/v1/knowledge-bases/${kb}/documents`, { key: at.key, body: { type: 'text', name, content } })
     expect(res.status).toBe(201)
     ids.push(res.body.document_id)
   }
   await waitFor(async () => {
-    const rows = await h.deps.db.sql<{ status: string }[]>`select status from documents where knowledge_base_id = ${kb}`
+    const rows = await at.h.deps.db.sql<{ status: string }[]>`select status from documents where knowledge_base_id = ${kb}`
     if (rows.some((r) => r.status === 'failed')) throw new Error('a document failed')
     return rows.length === ids.length && rows.every((r) => r.status === 'ready')
   }, { timeoutMs: 30_000, what: `the documents of ${kb} to be ready` })
@@ -123,8 +147,7 @@ async function uploadReady(kb: string, docs: Record<string, string>): Promise<st
 }
 
 /** `count` chunks of random vectors appended to a ready document's searchable generation, straight into the table. */
-async function fill(kb: string, documentId: string, dims: number, count: number) {
-  const sql = h.deps.db.sql
+async function fill(kb: string, documentId: string, dims: number, count: number, sql = h.deps.db.sql) {
   await sql`
     insert into chunks (id, knowledge_base_id, document_id, generation, position, content, tokens, metadata, dims, embedding)
     select 'chk_fill' || ${dims}::int || '_' || i, ${kb}, ${documentId}, d.live_generation, 1000 + i,
@@ -177,20 +200,14 @@ describe('384 dimensions (local-embed)', () => {
     await fill(kb, doc!, 384, FILLER)
   }, 120_000)
 
-  // The limits searches use: top_k 5 (the default), a hybrid list or a rerank pool (20), top_k 100.
-  test.each([5, 20, 100])('a vector search (limit %d) of a base above EXACT_MAX walks chunks_hnsw_384_idx, with the settings the store sets', async (limit) => {
-    const v = randomVector(384)
-    const { executed, rows, settings, sent } = await searched({ ...search384(kb, v, limit), mode: 'vector' })
-    expect(settings as Record<string, unknown>).toEqual({ iterative: 'relaxed_order', ef: store.efSearchFor(limit), seqscan: 'off', sort: 'off', jit: 'off' })
-    // Server mode: the search pool's connections start with the settings, so a search whose list
-    // needs no longer candidate list than theirs is its one statement, without a transaction.
-    const transaction = sent.some((s) => /^begin\b/i.test(s) || s.includes('set_config('))
-    if (h.deps.db.search) expect(transaction).toBe(store.efSearchFor(limit) !== store.EF_SEARCH)
-    else expect(transaction).toBe(true)
-    expect(executed.filter(touchesChunks)).toContain('Index Scan using chunks_hnsw_384_idx')
-    expect(executed.filter(touchesChunks).filter((n) => n !== 'Index Scan using chunks_hnsw_384_idx' && !/chunks_kb_idx|chunks_unindexed/.test(n))).toEqual([])
-    expect(rows.vector.length).toBe(limit)
-    for (let i = 1; i < rows.vector.length; i++) expect(rows.vector[i]!.distance).toBeGreaterThanOrEqual(rows.vector[i - 1]!.distance)
+  // The limits searches use: top_k 5 (the default), a hybrid list or a rerank pool (20), top_k 100;
+  // the default candidate list (40), and twice a longer list.
+  test.each([
+    [5, 40, false],
+    [20, 40, false],
+    [100, 200, true],
+  ])('a vector search (limit %d) of a base above EXACT_MAX walks chunks_hnsw_384_idx with ef_search %d (in a transaction in server mode: %p)', async (limit, ef, transaction) => {
+    await expectWalk(h.deps.db, kb, 384, limit, ef, transaction)
   })
 
   test('full-text search is a bitmap scan of chunks_tsv_idx (GIN)', async () => {
@@ -259,6 +276,40 @@ describe('384 dimensions (local-embed)', () => {
     expect((await search({ top_k: RARE, filters })).map((r) => r.chunk_id)).toEqual(all.map((r) => r.chunk_id))
     expect((await search({ top_k: 3, filters })).map((r) => r.chunk_id)).toEqual(all.slice(0, 3).map((r) => r.chunk_id))
     expect((await search({ top_k: 100 })).length).toBe(100)
+  })
+})
+
+describe('KNOWLEDGE_EF_SEARCH: the candidate list searches start from', () => {
+  let other: Harness
+  let otherWorkers: Workers
+  let at: Site
+  let kb: string
+
+  // A process of its own with the setting at 100, over a base of the fake's 8-dimension vectors
+  // (cheap to insert into a graph) just above EXACT_MAX.
+  beforeAll(async () => {
+    other = await startHarness({ MODELS_FILE: join(dir, 'models.json'), KNOWLEDGE_EF_SEARCH: '100' })
+    otherWorkers = await startWorkers(other.deps)
+    const otherKey = await keyFor(other, 'ef-owner')
+    at = { h: other, key: otherKey, ws: await workspaceOf(other, otherKey, 'Longer lists') }
+    kb = await createBase({ name: 'Longer lists', embedding_model: 'fake-embed-8', retrieval: { mode: 'vector' } }, at)
+    const [doc] = await uploadReady(kb, { 'seed.txt': 'Hubs pair over Thread.' }, at)
+    await fill(kb, doc!, 8, store.EXACT_MAX + 100, other.deps.db.sql)
+  }, 120_000)
+
+  afterAll(async () => {
+    await otherWorkers?.stop()
+    await other?.close()
+  })
+
+  // Up to 50 rows the setting's 100 (server mode: the search pool's own, no transaction); beyond, twice the rows.
+  test.each([
+    [10, 100, false],
+    [40, 100, false],
+    [50, 100, false],
+    [60, 120, true],
+  ])('set to 100, a vector search of %d rows walks with ef_search %d (in a transaction in server mode: %p)', async (limit, ef, transaction) => {
+    await expectWalk(other.deps.db, kb, 8, limit, ef, transaction)
   })
 })
 

@@ -22,6 +22,7 @@ test('an empty environment gives the defaults of docs/deployment.md', () => {
     databaseUrl: null,
     databasePoolMax: 10,
     databaseSearchPoolMax: 5,
+    knowledgeEfSearch: 40,
     redisUrl: null,
     bootstrapApiKey: null,
     secretKey: null,
@@ -72,6 +73,13 @@ test('DOCUMENT_PROCESSES: 1 embedded, 2 in server mode, or as set (1..64)', () =
   expect(loadConfig({ DOCUMENT_PROCESSES: '4' }).documentProcesses).toBe(4)
   expect(() => loadConfig({ DOCUMENT_PROCESSES: '0' })).toThrow(/DOCUMENT_PROCESSES/)
   expect(() => loadConfig({ DOCUMENT_PROCESSES: 'two' })).toThrow(/DOCUMENT_PROCESSES/)
+})
+
+test('KNOWLEDGE_EF_SEARCH: 40, or as set (10..1000)', () => {
+  expect(loadConfig({}).knowledgeEfSearch).toBe(40)
+  expect(loadConfig({ KNOWLEDGE_EF_SEARCH: '100' }).knowledgeEfSearch).toBe(100)
+  expect(loadConfig({ KNOWLEDGE_EF_SEARCH: '10' }).knowledgeEfSearch).toBe(10)
+  expect(loadConfig({ KNOWLEDGE_EF_SEARCH: '1000' }).knowledgeEfSearch).toBe(1000)
 })
 
 describe('STORAGE_URL (docs/deployment.md, "Where uploaded files live")', () => {
@@ -217,6 +225,9 @@ test.each([
   ['RATE_LIMIT_BURST', { RATE_LIMIT_BURST: '0' }],
   ['DATABASE_POOL_MAX', { DATABASE_POOL_MAX: '0' }],
   ['DATABASE_SEARCH_POOL_MAX', { DATABASE_SEARCH_POOL_MAX: '-1' }],
+  ['KNOWLEDGE_EF_SEARCH', { KNOWLEDGE_EF_SEARCH: '9' }],
+  ['KNOWLEDGE_EF_SEARCH', { KNOWLEDGE_EF_SEARCH: '1001' }],
+  ['KNOWLEDGE_EF_SEARCH', { KNOWLEDGE_EF_SEARCH: 'many' }],
   ['SYNC_RUN_TIMEOUT_MS', { SYNC_RUN_TIMEOUT_MS: '1s' }],
 ])('a bad %s stops with a ConfigError naming it: %j', (variable, env) => {
   const err = failure(env)

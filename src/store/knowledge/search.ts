@@ -60,15 +60,18 @@ function sizeOf(sql: Sql, dims: number) {
 }
 
 /**
- * HNSW's candidate list (ef_search) for a search of `limit` rows: at least EF_SEARCH, and never
- * less than twice the rows asked. Measured on a clustered corpus of 100 000 chunks (bench/README.md,
+ * HNSW's candidate list (ef_search) searches start from, by default (KNOWLEDGE_EF_SEARCH sets it:
+ * docs/knowledge.md, "Search"). Measured on a clustered corpus of 100 000 chunks (bench/README.md,
  * "Knowledge at scale"), 5 builds of the graph (m 12, ef_construction 128: vector-index.ts):
  * recall@10 at ef_search 40 ≥ 0.963 in each (median 0.974), and the 20 rows of a hybrid search's
  * list at 40 ≥ 0.962; 50 rows at 100 ≥ 0.996. A hybrid search (both lists 20 deep for top_k 10)
- * walks with 40 and stays on the search pool's session setting.
+ * walks with 40 and stays on the search pool's session setting. Vectors that spread like noise
+ * (local-embed's hashed words) find 0.85-0.89 at 40 and 0.94-0.97 at 80-100.
  */
 export const EF_SEARCH = 40
-export const efSearchFor = (limit: number) => Math.min(1000, Math.max(EF_SEARCH, limit * 2))
+
+/** The candidate list for a search of `limit` rows: at least `base` (the deployment's), and never less than twice the rows asked. */
+export const efSearchFor = (base: number, limit: number) => Math.min(1000, Math.max(base, limit * 2))
 
 /**
  * Full-text candidates read from the GIN index per list before ranking: enough for any top_k, few
@@ -90,22 +93,27 @@ const FULLTEXT_POOL = 100
  *
  * In server mode these are the search pool's session settings, sent when each of its connections
  * starts (`Database.search`), so a search is one statement and one round trip; `hnsw.ef_search` is
- * set per search only when its list is longer than EF_SEARCH / 2. On the embedded database (one
- * session shared with everything else) each search sets them for its own transaction.
+ * set per search only when its list is longer than half the deployment's `ef` (`Database.efSearch`).
+ * On the embedded database (one session shared with everything else) each search sets them for its
+ * own transaction.
  */
-export const SEARCH_SESSION: Record<string, string> = {
-  'hnsw.ef_search': String(EF_SEARCH),
+export const searchSession = (ef: number): Record<string, string> => ({
+  'hnsw.ef_search': String(ef),
   'hnsw.iterative_scan': 'relaxed_order',
   enable_seqscan: 'off',
   enable_sort: 'off',
   jit: 'off',
   plan_cache_mode: 'force_generic_plan',
-}
+})
 
-/** Where a search runs: the pool, and in server mode the search's own pool (`Database.search`). */
+/**
+ * Where a search runs: the pool, in server mode the search's own pool (`Database.search`), and the
+ * candidate list searches start from (`Database.efSearch`, which the search pool's sessions start with).
+ */
 export interface SearchPools {
   sql: Pool
   search: Pool | null
+  efSearch: number
 }
 
 /**
@@ -124,13 +132,13 @@ export async function searchChunks(db: SearchPools, q: SearchQuery): Promise<{ v
   const wantVector = q.mode !== 'fulltext' && q.vector !== null
   const wantText = q.mode !== 'vector' && q.text !== null && q.text.trim() !== ''
   if (!wantVector && !wantText) return { vector: [], fulltext: [], fused: [] }
-  const ef = efSearchFor(q.limit)
+  const ef = efSearchFor(db.efSearch, q.limit)
   const pool = db.search
   let rows: Row[]
-  if (pool && (ef === EF_SEARCH || !wantVector)) rows = await searchStatement(pool, q, wantVector, wantText)
+  if (pool && (ef === db.efSearch || !wantVector)) rows = await searchStatement(pool, q, wantVector, wantText)
   else if (pool) rows = (await pool.begin((tx) => [tx`select set_config('hnsw.ef_search', ${String(ef)}, true)`, searchStatement(tx, q, wantVector, wantText)]))[1] as never
   else {
-    const settings = Object.entries({ ...SEARCH_SESSION, 'hnsw.ef_search': String(ef) })
+    const settings = Object.entries(searchSession(ef))
     rows = (await db.sql.begin((tx) => [
       tx`select ${settings.map(([name, value]) => tx`set_config(${name}, ${value}, true)`).reduce((a, b) => tx`${a}, ${b}`)}`,
       searchStatement(tx, q, wantVector, wantText),
