@@ -43,21 +43,48 @@ const common = {
 } as const
 
 /**
+ * Where a server's URL points, as postgres.js takes it. As libpq reads a URL, a `host` query
+ * parameter overrides its host, and a host that is a directory names a Unix socket's: in the
+ * parameter (`postgres://user@localhost/db?host=/var/run/postgresql`, the URL's own host then unused
+ * and may be empty) or percent-encoded as the host (`postgres://user@%2Fvar%2Frun%2Fpostgresql/db`).
+ * The socket is `<directory>/.s.PGSQL.<port>`. `host` leaves the query either way: postgres.js would
+ * send it to the server as a setting, which refuses the connection. `describe` never holds the password.
+ */
+export function serverTarget(url: string): { url: string; path: string | null; describe: string } {
+  // `user@/db` (no host) is valid for libpq, not for the URL parser: the host is a placeholder there.
+  const u = URL.parse(url) ?? URL.parse(url.replace(/^(postgres(?:ql)?:\/\/[^/?#]*@)(?=[/?#]|$)/, '$1localhost'))
+  if (!u) throw new Error('DATABASE_URL is not a URL')
+  const port = u.port || '5432'
+  const param = u.searchParams.get('host')
+  if (param === null && !/^%2f/i.test(u.hostname)) return { url, path: null, describe: `postgres ${u.hostname}:${port}${u.pathname}` }
+  u.searchParams.delete('host')
+  const host = param ?? decodeURIComponent(u.hostname)
+  if (!host.startsWith('/')) {
+    u.hostname = host
+    return { url: u.toString(), path: null, describe: `postgres ${host}:${port}${u.pathname}` }
+  }
+  u.hostname = 'localhost'
+  const path = `${host.replace(/\/+$/, '')}/.s.PGSQL.${port}`
+  return { url: u.toString(), path, describe: `postgres ${path}${u.pathname}` }
+}
+
+/**
  * Server mode: PostgreSQL 15+ with pgvector, through a real pool of `max` connections, and the
  * search's pool of `searchMax` beside it (opened as searches come), whose connections start with
  * `efSearch`. `searchMax` 0: no search pool, for a pooler in transaction mode (PgBouncer), which
  * neither passes nor keeps session settings.
  */
 export function openPostgres(url: string, max: number, searchMax = searchPoolDefault(max), efSearch = EF_SEARCH): Database {
-  const sql = postgres(url, { ...common, max, idle_timeout: 30, connect_timeout: 10 })
-  const search = searchMax > 0 ? postgres(url, { ...common, max: searchMax, idle_timeout: 30, connect_timeout: 10, connection: { ...common.connection, ...searchSession(efSearch) } }) : null
-  const u = new URL(url)
+  const target = serverTarget(url)
+  const at = target.path ? { path: target.path } : {}
+  const sql = postgres(target.url, { ...common, ...at, max, idle_timeout: 30, connect_timeout: 10 })
+  const search = searchMax > 0 ? postgres(target.url, { ...common, ...at, max: searchMax, idle_timeout: 30, connect_timeout: 10, connection: { ...common.connection, ...searchSession(efSearch) } }) : null
   return {
     sql,
     search,
     efSearch,
     kind: 'postgres',
-    describe: `postgres ${u.hostname}:${u.port || 5432}${u.pathname}`,
+    describe: target.describe,
     close: async () => {
       await Promise.all([sql.end({ timeout: 5 }), search?.end({ timeout: 5 })])
     },

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { existsSync } from 'node:fs'
 import postgres from 'postgres'
 import { sha256Hex } from '../../src/lib/crypto'
 import { newId } from '../../src/lib/ids'
@@ -89,6 +90,27 @@ describe('migrations', () => {
       }
     })
   }
+
+  // The server's Unix socket, where this machine has one (Debian's directory, then PostgreSQL's default).
+  const socketDir = serverUrl ? ['/var/run/postgresql', '/tmp'].find((d) => existsSync(`${d}/.s.PGSQL.${new URL(serverUrl).port || 5432}`)) : undefined
+  test.skipIf(!socketDir)('a DATABASE_URL naming a Unix socket directory connects through the socket, both pools with their settings', async () => {
+    const u = new URL(serverUrl!)
+    u.hostname = 'localhost'
+    const forms = [`${u.toString()}${u.search ? '&' : '?'}host=${socketDir}`, u.toString().replace('@localhost', `@${encodeURIComponent(socketDir!)}`)]
+    for (const url of forms) {
+      const socketDb = openPostgres(url, 1, 1, 77)
+      try {
+        expect(socketDb.describe).toBe(`postgres ${socketDir}/.s.PGSQL.${u.port || 5432}${u.pathname}`)
+        // A Unix-socket session has no server address; the application name shows the pool's own settings arrived.
+        const [main] = await socketDb.sql<{ addr: string | null; app: string }[]>`select inet_server_addr()::text as addr, current_setting('application_name') as app`
+        expect(main).toEqual({ addr: null, app: 'agent-platform-api' })
+        const [search] = await socketDb.search!<{ addr: string | null; ef: string }[]>`select inet_server_addr()::text as addr, current_setting('hnsw.ef_search') as ef`
+        expect(search).toEqual({ addr: null, ef: '77' })
+      } finally {
+        await socketDb.close()
+      }
+    }
+  })
 
   test('pgvector is installed: cosine distance works', async () => {
     const [row] = await db.sql<{ d: number }[]>`select ('[1,2,3]'::vector <=> '[1,2,4]'::vector)::float8 as d`
