@@ -177,9 +177,20 @@ export class ChargeOutbox {
     try {
       for (let i = 0; i < batch.length; i += MAX_ROWS) {
         const slice = batch.slice(i, i + MAX_ROWS)
-        const result = await changingAccess(spendIdsOf(slice), () => addCharges(this.o.sql, slice, traces.slice(i, i + MAX_ROWS)))
+        // Each spend id with the generation of the batch's announce: in server mode that of the commit's
+        // announce, where nothing else changed the spend in between (store/access-generation.ts).
+        const sent = new Map<string, number>()
+        const result = await changingAccess(spendIdsOf(slice), async () => {
+          const r = await addCharges(this.o.sql, slice, traces.slice(i, i + MAX_ROWS))
+          for (const t of r.spent) sent.set(spendId(t.workspace_id), t.generation)
+          return r
+        }, sent)
         if (result.fired.length > 0) this.o.nudgeEvents()
-        spent.push(...result.spent)
+        for (const t of result.spent) {
+          const generation = sent.get(spendId(t.workspace_id))
+          // Not there: the spend changed again meanwhile; the kept answers that hold it stay dropped.
+          if (generation !== undefined) spent.push({ ...t, generation })
+        }
       }
     } catch (err) {
       // Kept, journaled and counted against the hard limit, for the next try (a replay is harmless).

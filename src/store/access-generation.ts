@@ -79,17 +79,30 @@ export function onAccessCommitted(announce: Announcer): () => void {
  * it: changed here again, and published to the other processes before the caller hears back. With
  * the embedded database nothing is announced: the change before sending is enough.
  */
-export async function changingAccess<T>(workspaceIds: readonly string[], write: () => Promise<T>): Promise<T> {
+export async function changingAccess<T>(workspaceIds: readonly string[], write: () => Promise<T>, sent?: Map<string, number>): Promise<T> {
   try {
     return await write()
   } finally {
-    await accessCommitted(workspaceIds)
+    await accessCommitted(workspaceIds, sent)
   }
 }
 
-/** `changingAccess` for a write that is already over (a batch of charges, a transaction elsewhere). */
-export async function accessCommitted(workspaceIds: readonly string[]): Promise<void> {
+/**
+ * `changingAccess` for a write that is already over (a batch of charges, a transaction elsewhere).
+ * `sent`: ids the write announced itself when it was sent, each with the generation of that announce
+ * (`accessChanged`, then `accessGeneration`). Where that announce is still the id's last change, nothing
+ * else changed it while the write ran, here or in another process as far as this one has heard: its
+ * generation becomes that of this announce, which is then the write's own; the other ids are taken
+ * out of `sent`. With the embedded database `sent` is left as it is (nothing is announced again).
+ */
+export async function accessCommitted(workspaceIds: readonly string[], sent?: Map<string, number>): Promise<void> {
   if (announcers.size === 0 || workspaceIds.length === 0) return
-  for (const id of workspaceIds) accessChanged(id)
+  for (const id of workspaceIds) {
+    const at = sent?.get(id)
+    const own = at !== undefined && lastAccessChange(id, at)
+    accessChanged(id)
+    if (own) sent!.set(id, generation)
+    else sent?.delete(id)
+  }
   for (const announce of announcers) await announce(workspaceIds)
 }

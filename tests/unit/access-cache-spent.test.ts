@@ -1,6 +1,6 @@
-import { describe, expect, test } from 'bun:test'
+import { afterEach, beforeEach, describe, expect, test } from 'bun:test'
 import { AccessCache } from '../../src/domain/access-cache'
-import { accessChanged, accessGeneration, spendId } from '../../src/store/access-generation'
+import { accessChanged, accessCommitted, accessGeneration, onAccessCommitted, spendId } from '../../src/store/access-generation'
 import type { AccessAndBudget } from '../../src/store/credits'
 
 /**
@@ -100,5 +100,59 @@ describe('a batch of this process\' charges and the kept answers (embedded)', ()
     r.batch('1.500000')()
     await cache.get(r.ws, key, read)
     expect(reads).toBe(2)
+  })
+})
+
+describe('a batch of this process\' charges and the kept answers (server mode: announced again once committed)', () => {
+  /** What the charge outbox does in server mode: the announce before sending, then the one after the commit. */
+  async function serverBatch(cache: AccessCache, r: ReturnType<typeof reader>, used: string, meanwhile = () => {}) {
+    const id = spendId(r.ws)
+    accessChanged(id)
+    const sent = new Map([[id, accessGeneration()]])
+    meanwhile()
+    await accessCommitted([id], sent)
+    const generation = sent.get(id)
+    if (generation !== undefined) cache.spent([{ workspace_id: r.ws, period: PERIOD, used, generation }])
+  }
+  let off: () => void = () => {}
+  const published: string[][] = []
+  beforeEach(() => {
+    // An announcer is what makes this process announce committed writes (the access cache's publish).
+    off = onAccessCommitted(async (ids) => void published.push([...ids]))
+  })
+  afterEach(() => off())
+
+  test('nothing else changed the spend while the batch ran: the answer takes its total, without a read', async () => {
+    const cache = new AccessCache(Infinity)
+    const r = reader(cache)
+    await r.get()
+    await serverBatch(cache, r, '1.500000')
+    expect(published.at(-1)).toEqual([spendId(r.ws)])
+    expect((await r.get())!.budget!.used).toBe('1.500000')
+    expect(r.reads).toBe(1)
+  })
+
+  test('another process\' batch heard while it ran (it may have committed after it): read again', async () => {
+    const cache = new AccessCache(Infinity)
+    const r = reader(cache)
+    await r.get()
+    // The subscription's handler for another process' message (src/domain/access-cache.ts, `start`).
+    await serverBatch(cache, r, '1.500000', () => accessChanged(spendId(r.ws)))
+    await r.get()
+    expect(r.reads).toBe(2)
+  })
+
+  test('another change heard after the commit\'s announce, before the total is handed over: read again', async () => {
+    const cache = new AccessCache(Infinity)
+    const r = reader(cache)
+    await r.get()
+    const id = spendId(r.ws)
+    accessChanged(id)
+    const sent = new Map([[id, accessGeneration()]])
+    await accessCommitted([id], sent)
+    accessChanged(id)
+    cache.spent([{ workspace_id: r.ws, period: PERIOD, used: '1.500000', generation: sent.get(id)! }])
+    await r.get()
+    expect(r.reads).toBe(2)
   })
 })
