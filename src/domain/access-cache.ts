@@ -1,6 +1,6 @@
 import type { Logger } from 'pino'
 import { randomBase62 } from '../lib/ids'
-import { accessChangedSince, accessGeneration, accessChanged, everyAccessChanged, lastAccessChange, onAccessCommitted, spendId } from '../store/access-generation'
+import { accessChangedSince, accessGeneration, accessChanged, everyAccessChanged, goodSince as heldGoodSince, lastAccessChange, onAccessCommitted, spendId } from '../store/access-generation'
 import type { accessAndBudget, SpentTotal } from '../store/credits'
 import type { RedisPort } from '../store/redis'
 import type { Unsubscribe } from '../store/redis/port'
@@ -139,7 +139,7 @@ export class AccessCache {
   peek<T>(key: string): T | undefined {
     if (!this.enabled) return undefined
     const hit = this.entries.get(key)
-    if (!hit || changedSince(hit.ids, hit.generation) || this.now() - hit.at >= this.ttlMs) return undefined
+    if (!hit || !goodSince(hit.ids, hit.generation) || this.now() - hit.at >= this.ttlMs) return undefined
     return hit.answer as T
   }
 
@@ -194,6 +194,13 @@ const spendKey = (workspaceId: string, period: string) => `${workspaceId} ${peri
 /** What an access answer about `workspaceId` depends on: the workspace, and its spend when a hard limit compares it. */
 function accessIds(workspaceId: string, answer: Answer): string | readonly string[] {
   return answer?.budget?.hard_limit ? [workspaceId, spendId(workspaceId)] : workspaceId
+}
+
+/** Whether an answer kept at `generation` about `ids` is still good (a batch of held charges in flight leaves it so: store/access-generation.ts, `goodSince`). */
+function goodSince(ids: string | readonly string[], generation: number): boolean {
+  if (typeof ids === 'string') return heldGoodSince(ids, generation)
+  for (const id of ids) if (!heldGoodSince(id, generation)) return false
+  return true
 }
 
 function changedSince(ids: string | readonly string[], generation: number): boolean {
