@@ -1,6 +1,6 @@
 import type { Logger } from 'pino'
 import { randomBase62 } from '../lib/ids'
-import { accessChangedSince, accessGeneration, accessChanged, everyAccessChanged, lastAccessChange, onAccessCommitted, spendId } from '../store/access-generation'
+import { accessChangedSince, accessGeneration, accessChanged, everyAccessChanged, goodSince as heldGoodSince, lastAccessChange, onAccessCommitted, spendId } from '../store/access-generation'
 import type { accessAndBudget, SpentTotal } from '../store/credits'
 import type { RedisPort } from '../store/redis'
 import type { Unsubscribe } from '../store/redis/port'
@@ -19,9 +19,10 @@ const ORIGIN = randomBase62(16)
  * role, the budget and the period's committed spend), kept until a write that could change one of
  * them (store/access-generation.ts): one query less per call while nothing changes. An answer with a
  * hard-limit budget also depends on the workspace's spend (`spendId`), which every batch of its
- * charges announces; any other answer outlives those batches. On the embedded database, a batch of
- * this process' own charges hands its new committed total to the answers it would drop instead
- * (`spent`): a busy hard-limit workspace's calls do not read their access again after each batch. A knowledge
+ * charges announces; any other answer outlives those batches. A batch of this process' own charges
+ * hands its new committed total to the answers it would drop instead (`spent`; in server mode only
+ * where no other change of the spend was heard while it ran): a busy hard-limit workspace's calls do
+ * not read their access again after each batch. A knowledge
  * search keeps its base's row here too (domain/knowledge/search.ts), under the base's own id, which
  * its update and delete announce as a workspace's change is announced.
  *
@@ -107,10 +108,14 @@ export class AccessCache {
    * A batch of this process' charges is committed: the hard-limit answers it made out of date
    * (their spend announced by the batch, nothing else changed since their read) hold its new total
    * instead, as a read sent with the batch would have answered. Only where the batch's announce is
-   * still the spend's last change: on the embedded database, whose one connection answers in order
-   * (a read sent after the batch sees it, and the batch saw every write sent before it). In server
-   * mode the batch is announced once more when committed (`changingAccess`): those answers stay
-   * dropped. Called in the same turn as the charges leave the held credits (charge-outbox.ts), so a
+   * still the spend's last change. On the embedded database, whose one connection answers in order,
+   * a read sent after the batch sees it, and the batch saw every write sent before it. In server mode
+   * the batch is announced once more when committed (`changingAccess`), and its generation is that
+   * announce's only when nothing else changed the spend between the two (another process' batch, heard
+   * over Redis, may have committed after it): its total, read under the period row's lock, holds every
+   * charge committed before it. A change committed after it and heard later drops the answer then, as
+   * it drops an answer read just before that change. The answer keeps its read's time: `ttlMs` still
+   * bounds it. Called in the same turn as the charges leave the held credits (charge-outbox.ts), so a
    * check never counts them twice.
    */
   spent(totals: readonly SpentTotal[]): void {
@@ -134,7 +139,7 @@ export class AccessCache {
   peek<T>(key: string): T | undefined {
     if (!this.enabled) return undefined
     const hit = this.entries.get(key)
-    if (!hit || changedSince(hit.ids, hit.generation) || this.now() - hit.at >= this.ttlMs) return undefined
+    if (!hit || !goodSince(hit.ids, hit.generation) || this.now() - hit.at >= this.ttlMs) return undefined
     return hit.answer as T
   }
 
@@ -189,6 +194,13 @@ const spendKey = (workspaceId: string, period: string) => `${workspaceId} ${peri
 /** What an access answer about `workspaceId` depends on: the workspace, and its spend when a hard limit compares it. */
 function accessIds(workspaceId: string, answer: Answer): string | readonly string[] {
   return answer?.budget?.hard_limit ? [workspaceId, spendId(workspaceId)] : workspaceId
+}
+
+/** Whether an answer kept at `generation` about `ids` is still good (a batch of held charges in flight leaves it so: store/access-generation.ts, `goodSince`). */
+function goodSince(ids: string | readonly string[], generation: number): boolean {
+  if (typeof ids === 'string') return heldGoodSince(ids, generation)
+  for (const id of ids) if (!heldGoodSince(id, generation)) return false
+  return true
 }
 
 function changedSince(ids: string | readonly string[], generation: number): boolean {

@@ -6,7 +6,7 @@ import { traceContext, tracingOn, type TraceCarrier } from '../lib/tracing'
 import type { Pool } from '../store/db'
 import { tryFlock } from '../store/data-dir-lock'
 import { addCharges, periodStart, type Charge, type JournaledCharge, type SpentTotal } from '../store/credits'
-import { changingAccess, spendId } from '../store/access-generation'
+import { changingAccess, heldBatchOver, heldBatchSent, lastChangeOf, spendId } from '../store/access-generation'
 
 /** Charges in one statement at most: a backlog (a replay, a database that was away) goes in several. */
 const MAX_ROWS = 500
@@ -174,12 +174,31 @@ export class ChargeOutbox {
     const segments = this.sealed
     this.sealed = []
     const spent: SpentTotal[] = []
+    const heldIds: string[] = []
     try {
       for (let i = 0; i < batch.length; i += MAX_ROWS) {
         const slice = batch.slice(i, i + MAX_ROWS)
-        const result = await changingAccess(spendIdsOf(slice), () => addCharges(this.o.sql, slice, traces.slice(i, i + MAX_ROWS)))
+        // Each spend id with the generation of the batch's announce: in server mode that of the commit's
+        // announce, where nothing else changed the spend in between (store/access-generation.ts).
+        const sent = new Map<string, number>()
+        const ids = spendIdsOf(slice)
+        const before = ids.map(lastChangeOf)
+        const result = await changingAccess(ids, async () => {
+          const written = addCharges(this.o.sql, slice, traces.slice(i, i + MAX_ROWS))
+          // Announced as it was called: its charges are held until this batch is over, so the answers
+          // read before it stay good meanwhile (store/access-generation.ts, `goodSince`).
+          ids.forEach((id, k) => heldBatchSent(id, before[k]!, lastChangeOf(id)))
+          heldIds.push(...ids)
+          const r = await written
+          for (const t of r.spent) sent.set(spendId(t.workspace_id), t.generation)
+          return r
+        }, sent)
         if (result.fired.length > 0) this.o.nudgeEvents()
-        spent.push(...result.spent)
+        for (const t of result.spent) {
+          const generation = sent.get(spendId(t.workspace_id))
+          // Not there: the spend changed again meanwhile; the kept answers that hold it stay dropped.
+          if (generation !== undefined) spent.push({ ...t, generation })
+        }
       }
     } catch (err) {
       // Kept, journaled and counted against the hard limit, for the next try (a replay is harmless).
@@ -187,6 +206,7 @@ export class ChargeOutbox {
       this.traces = traces.concat(this.traces)
       this.sealed = segments.concat(this.sealed)
       this.failures++
+      for (const id of heldIds) heldBatchOver(id)
       this.o.log.error({ err, held: this.queue.length }, 'credits: writing a batch of charges failed; retrying')
       throw err
     }
@@ -199,6 +219,7 @@ export class ChargeOutbox {
     }
     // No await since the last statement answered: a check sees these credits either held or committed, once.
     this.o.spent?.(spent)
+    for (const id of heldIds) heldBatchOver(id)
     // Last: a segment that cannot be deleted is replayed by a later start, which writes nothing twice.
     for (const segment of segments) {
       try {

@@ -64,6 +64,40 @@ export function accessChangedSince(workspaceId: string, since: number): boolean 
   return since !== generation && (everything > since || (changed.get(workspaceId) ?? 0) > since)
 }
 
+/** The generation of the last change of `id` that this process remembers (0: none). */
+export function lastChangeOf(id: string): number {
+  return changed.get(id) ?? 0
+}
+
+/**
+ * Spend ids announced by a batch of charges that this process still holds (charge-outbox.ts): the
+ * id's last change before the batch (`before`), the batch's announce when sent (`first`) and its last
+ * one (`last`: again once committed, in server mode).
+ */
+const heldBatches = new Map<string, { before: number; first: number; last: number }>()
+
+/** A batch of charges still held (counted beside the committed spend) announced `id` at `first`, its last change before being `before`. */
+export function heldBatchSent(id: string, before: number, first: number): void {
+  heldBatches.set(id, { before, first, last: first })
+}
+
+/** The batch's charges are no longer held (committed and taken out, or failed and queued again). */
+export function heldBatchOver(id: string): void {
+  heldBatches.delete(id)
+}
+
+/**
+ * `!accessChangedSince`, but an answer read before a held batch was sent (and after the change before
+ * it) stays good while the batch's announces are `id`'s only changes since: its spend plus the held
+ * credits, the batch's among them, is what a read would answer. Not for keeping a read (`keep`): one
+ * answered after the batch was sent may already count it.
+ */
+export function goodSince(id: string, since: number): boolean {
+  if (!accessChangedSince(id, since)) return true
+  const b = heldBatches.get(id)
+  return b !== undefined && changed.get(id) === b.last && everything <= since && since >= b.before && since < b.first
+}
+
 type Announcer = (workspaceIds: readonly string[]) => Promise<void>
 const announcers = new Set<Announcer>()
 
@@ -79,17 +113,33 @@ export function onAccessCommitted(announce: Announcer): () => void {
  * it: changed here again, and published to the other processes before the caller hears back. With
  * the embedded database nothing is announced: the change before sending is enough.
  */
-export async function changingAccess<T>(workspaceIds: readonly string[], write: () => Promise<T>): Promise<T> {
+export async function changingAccess<T>(workspaceIds: readonly string[], write: () => Promise<T>, sent?: Map<string, number>): Promise<T> {
   try {
     return await write()
   } finally {
-    await accessCommitted(workspaceIds)
+    await accessCommitted(workspaceIds, sent)
   }
 }
 
-/** `changingAccess` for a write that is already over (a batch of charges, a transaction elsewhere). */
-export async function accessCommitted(workspaceIds: readonly string[]): Promise<void> {
+/**
+ * `changingAccess` for a write that is already over (a batch of charges, a transaction elsewhere).
+ * `sent`: ids the write announced itself when it was sent, each with the generation of that announce
+ * (`accessChanged`, then `accessGeneration`). Where that announce is still the id's last change, nothing
+ * else changed it while the write ran, here or in another process as far as this one has heard: its
+ * generation becomes that of this announce, which is then the write's own; the other ids are taken
+ * out of `sent`. With the embedded database `sent` is left as it is (nothing is announced again).
+ */
+export async function accessCommitted(workspaceIds: readonly string[], sent?: Map<string, number>): Promise<void> {
   if (announcers.size === 0 || workspaceIds.length === 0) return
-  for (const id of workspaceIds) accessChanged(id)
+  for (const id of workspaceIds) {
+    const at = sent?.get(id)
+    const own = at !== undefined && lastAccessChange(id, at)
+    accessChanged(id)
+    if (own) {
+      const b = heldBatches.get(id)
+      if (b?.last === at) b.last = generation
+      sent!.set(id, generation)
+    } else sent?.delete(id)
+  }
   for (const announce of announcers) await announce(workspaceIds)
 }

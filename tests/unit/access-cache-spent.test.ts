@@ -1,6 +1,6 @@
-import { describe, expect, test } from 'bun:test'
+import { afterEach, beforeEach, describe, expect, test } from 'bun:test'
 import { AccessCache } from '../../src/domain/access-cache'
-import { accessChanged, accessGeneration, spendId } from '../../src/store/access-generation'
+import { accessChanged, accessCommitted, accessGeneration, heldBatchOver, heldBatchSent, lastChangeOf, onAccessCommitted, spendId } from '../../src/store/access-generation'
 import type { AccessAndBudget } from '../../src/store/credits'
 
 /**
@@ -100,5 +100,136 @@ describe('a batch of this process\' charges and the kept answers (embedded)', ()
     r.batch('1.500000')()
     await cache.get(r.ws, key, read)
     expect(reads).toBe(2)
+  })
+})
+
+describe('a batch of this process\' charges and the kept answers (server mode: announced again once committed)', () => {
+  /** What the charge outbox does in server mode: the announce before sending, then the one after the commit. */
+  async function serverBatch(cache: AccessCache, r: ReturnType<typeof reader>, used: string, meanwhile = () => {}) {
+    const id = spendId(r.ws)
+    accessChanged(id)
+    const sent = new Map([[id, accessGeneration()]])
+    meanwhile()
+    await accessCommitted([id], sent)
+    const generation = sent.get(id)
+    if (generation !== undefined) cache.spent([{ workspace_id: r.ws, period: PERIOD, used, generation }])
+  }
+  let off: () => void = () => {}
+  const published: string[][] = []
+  beforeEach(() => {
+    // An announcer is what makes this process announce committed writes (the access cache's publish).
+    off = onAccessCommitted(async (ids) => void published.push([...ids]))
+  })
+  afterEach(() => off())
+
+  test('nothing else changed the spend while the batch ran: the answer takes its total, without a read', async () => {
+    const cache = new AccessCache(Infinity)
+    const r = reader(cache)
+    await r.get()
+    await serverBatch(cache, r, '1.500000')
+    expect(published.at(-1)).toEqual([spendId(r.ws)])
+    expect((await r.get())!.budget!.used).toBe('1.500000')
+    expect(r.reads).toBe(1)
+  })
+
+  test('another process\' batch heard while it ran (it may have committed after it): read again', async () => {
+    const cache = new AccessCache(Infinity)
+    const r = reader(cache)
+    await r.get()
+    // The subscription's handler for another process' message (src/domain/access-cache.ts, `start`).
+    await serverBatch(cache, r, '1.500000', () => accessChanged(spendId(r.ws)))
+    await r.get()
+    expect(r.reads).toBe(2)
+  })
+
+  test('another change heard after the commit\'s announce, before the total is handed over: read again', async () => {
+    const cache = new AccessCache(Infinity)
+    const r = reader(cache)
+    await r.get()
+    const id = spendId(r.ws)
+    accessChanged(id)
+    const sent = new Map([[id, accessGeneration()]])
+    await accessCommitted([id], sent)
+    accessChanged(id)
+    cache.spent([{ workspace_id: r.ws, period: PERIOD, used: '1.500000', generation: sent.get(id)! }])
+    await r.get()
+    expect(r.reads).toBe(2)
+  })
+})
+
+describe('a batch of this process\' held charges in flight and the kept answers', () => {
+  /** What the charge outbox does when it sends a batch: the announce, and the batch marked as held. */
+  function send(ws: string): { id: string; sent: Map<string, number> } {
+    const id = spendId(ws)
+    const before = lastChangeOf(id)
+    accessChanged(id)
+    heldBatchSent(id, before, lastChangeOf(id))
+    return { id, sent: new Map([[id, accessGeneration()]]) }
+  }
+
+  test('an answer read before the batch was sent stays good while it is in flight, then takes its total', async () => {
+    const cache = new AccessCache(Infinity)
+    const r = reader(cache)
+    await r.get()
+    const { id, sent } = send(r.ws)
+    expect((await r.get())!.budget!.used).toBe('1.000000')
+    expect(r.reads).toBe(1)
+    cache.spent([{ workspace_id: r.ws, period: PERIOD, used: '1.500000', generation: sent.get(id)! }])
+    heldBatchOver(id)
+    expect((await r.get())!.budget!.used).toBe('1.500000')
+    expect(r.reads).toBe(1)
+  })
+
+  test('server mode: still good after the commit\'s announce, until another change is heard', async () => {
+    const off = onAccessCommitted(async () => {})
+    try {
+      const cache = new AccessCache(Infinity)
+      const r = reader(cache)
+      await r.get()
+      const { id, sent } = send(r.ws)
+      await accessCommitted([id], sent)
+      await r.get()
+      expect(r.reads).toBe(1)
+      // Another process' batch heard: the answer may be missing it.
+      accessChanged(id)
+      await r.get()
+      expect(r.reads).toBe(2)
+      heldBatchOver(id)
+    } finally {
+      off()
+    }
+  })
+
+  test('the batch over without handing its total (it failed): read again', async () => {
+    const cache = new AccessCache(Infinity)
+    const r = reader(cache)
+    await r.get()
+    const { id } = send(r.ws)
+    heldBatchOver(id)
+    await r.get()
+    expect(r.reads).toBe(2)
+  })
+
+  test('the spend changed between the answer\'s read and the batch: read again', async () => {
+    const cache = new AccessCache(Infinity)
+    const r = reader(cache)
+    await r.get()
+    // An agent's charge committed (not held): the answer misses it.
+    accessChanged(spendId(r.ws))
+    const { id } = send(r.ws)
+    await r.get()
+    expect(r.reads).toBe(2)
+    heldBatchOver(id)
+  })
+
+  test('the workspace changed meanwhile: read again', async () => {
+    const cache = new AccessCache(Infinity)
+    const r = reader(cache)
+    await r.get()
+    const { id } = send(r.ws)
+    accessChanged(r.ws)
+    await r.get()
+    expect(r.reads).toBe(2)
+    heldBatchOver(id)
   })
 })
