@@ -236,6 +236,8 @@ describe('JSON text uploads', () => {
       const stored = r.embedding.slice(1, -1).split(',').map((v) => Math.fround(Number(v)))
       expect(stored).toEqual(embedText(r.content).map((v) => Math.fround(v)))
     }
+    // Charges are written behind the call (docs/models.md, "Credits and budgets"): the ones this process holds first.
+    await h.deps.models.charges.flush()
     const [charged] = await sql<{ tokens: number; calls: number }[]>`
       select coalesce(sum(tokens_in), 0)::int as tokens, count(*)::int as calls from credit_ledger where request_id = ${id} and model = 'local-embed' and kind = 'embedding'`
     expect(charged).toEqual({ tokens: rows.reduce((n, r) => n + r.tokens, 0), calls: 1 })
