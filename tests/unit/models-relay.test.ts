@@ -215,7 +215,7 @@ describe('WireEvents (the relay split at the byte level)', () => {
     }
     // One byte at a time.
     expect(read([...bytes].map((b) => Uint8Array.of(b))).data).toEqual(want)
-    // Every cut once and a ninth of the cuts twice: 1-3 s alone on a 2-core machine, more beside other work.
+    // Every cut, and after each a second cut at every 11th byte beyond it: 1-3 s alone on a 2-core machine, more beside other work.
   }, 60_000)
 
   test('CR line ends and a leading byte order mark are read as text, the same events', () => {
