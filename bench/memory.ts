@@ -14,7 +14,9 @@
  *
  * Server mode uses a database of its own (created and dropped here) and a Redis database number of
  * its own (REDIS_DB, 11 by default), so nothing else using the machine's PostgreSQL or Redis is touched.
- * IDLE_MS (5000) and PART_ROUNDS (3, the median is kept) tune it.
+ * IDLE_MS (5000) and PART_ROUNDS (3, the median is kept) tune it. The bench sets each mode itself:
+ * a DATABASE_URL or REDIS_URL in the caller's environment is not passed on (the embedded rows would
+ * otherwise measure server mode); BENCH_DATABASE_URL and BENCH_REDIS_URL name the servers to use.
  */
 import { cpSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -26,6 +28,9 @@ const PART_ROUNDS = Number(process.env.PART_ROUNDS ?? 3)
 const PG = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
 const REDIS = `${process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379'}/${process.env.REDIS_DB ?? 11}`
 const TARGET_SERVER_MB = 150
+// Every process below inherits this environment (lib.ts startServer): the embedded ones must not see a server.
+delete process.env.DATABASE_URL
+delete process.env.REDIS_URL
 
 export interface Mem {
   rss: number
