@@ -32,7 +32,7 @@ const bare = Bun.serve({
 const port = freePort()
 const service = await startServer({
   cmd: ['bun', 'run', 'src/main.ts'],
-  env: { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: join(work, 'data'), BOOTSTRAP_API_KEY: KEY, LOG_LEVEL: 'warn' },
+  env: { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: join(work, 'data'), BOOTSTRAP_API_KEY: KEY, LOG_LEVEL: 'warn', DATABASE_URL: '', REDIS_URL: '' },
   port,
   logFile: join(work, 'service.log'),
   readyPath: '/healthz',

@@ -14,9 +14,9 @@
  *
  * Server mode uses a database of its own (created and dropped here) and a Redis database number of
  * its own (REDIS_DB, 11 by default), so nothing else using the machine's PostgreSQL or Redis is touched.
- * IDLE_MS (5000) and PART_ROUNDS (3, the median is kept) tune it. The bench sets each mode itself:
- * a DATABASE_URL or REDIS_URL in the caller's environment is not passed on (the embedded rows would
- * otherwise measure server mode); BENCH_DATABASE_URL and BENCH_REDIS_URL name the servers to use.
+ * IDLE_MS (5000) and PART_ROUNDS (3, the median is kept) tune it. Each mode is set here: the
+ * embedded service is started with DATABASE_URL and REDIS_URL empty whatever the caller's environment
+ * holds, and BENCH_DATABASE_URL and BENCH_REDIS_URL name the servers of the server-mode rows.
  */
 import { cpSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -28,9 +28,6 @@ const PART_ROUNDS = Number(process.env.PART_ROUNDS ?? 3)
 const PG = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
 const REDIS = `${process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379'}/${process.env.REDIS_DB ?? 11}`
 const TARGET_SERVER_MB = 150
-// Every process below inherits this environment (lib.ts startServer): the embedded ones must not see a server.
-delete process.env.DATABASE_URL
-delete process.env.REDIS_URL
 
 export interface Mem {
   rss: number
@@ -246,7 +243,7 @@ await ceiling(
 )
 
 const dataDir = join(work, 'embedded')
-await service('embedded (all)', [], { DATA_DIR: dataDir }, true)
+await service('embedded (all)', [], { DATA_DIR: dataDir, DATABASE_URL: '', REDIS_URL: '' }, true)
 
 const db = await freshDatabase()
 try {

@@ -42,6 +42,8 @@ const service = await startServer({
     RATE_LIMIT_BURST: '1000000000',
     WEBHOOK_ALLOW_HTTP: 'true',
     WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+    DATABASE_URL: '',
+    REDIS_URL: '',
   },
   port,
   logFile: join(work, 'service.log'),

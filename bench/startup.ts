@@ -39,7 +39,7 @@ const pglite: number[] = []
 for (let i = 0; i < ROUNDS; i++) {
   const dir = mkdtempSync(join(tmpdir(), 'ap-bench-start-'))
   const port = String(21000 + i)
-  const env = { DATA_DIR: dir, PORT: port, LOG_LEVEL: 'warn' }
+  const env = { DATA_DIR: dir, PORT: port, LOG_LEVEL: 'warn', DATABASE_URL: '', REDIS_URL: '' }
   fresh.push(await timed(['bun', 'run', 'src/main.ts'], env, `http://127.0.0.1:${port}/healthz`))
   restart.push(await timed(['bun', 'run', 'src/main.ts'], env, `http://127.0.0.1:${port}/healthz`))
   bare.push(await timed(['bun', '-e', `Bun.serve({ port: ${port}, fetch: () => new Response('ok') })`], {}, `http://127.0.0.1:${port}/`))
