@@ -16,7 +16,7 @@
  */
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { freePort, log, startFakeProvider, machine, percentile, randomBase62, removeDir, sourceVersion, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
+import { EMBEDDED_ENV, freePort, log, machine, percentile, randomBase62, removeDir, sourceVersion, startFakeProvider, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
 
 const TURNS = Number(process.env.AGENTS_TURNS ?? 300)
 const WARMUP = Number(process.env.AGENTS_WARMUP ?? 100)
@@ -69,7 +69,7 @@ async function main() {
   const port = freePort()
   const service = await startServer({
     cmd: ['bun', 'run', 'src/main.ts'],
-    env: { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: join(work, 'data'), BOOTSTRAP_API_KEY: ROOT_KEY, MODELS_FILE: modelsFile, RATE_LIMIT_PER_SECOND: '1000000000', RATE_LIMIT_BURST: '1000000000', LOG_LEVEL: 'warn', DATABASE_URL: '', REDIS_URL: '' },
+    env: { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: join(work, 'data'), BOOTSTRAP_API_KEY: ROOT_KEY, MODELS_FILE: modelsFile, RATE_LIMIT_PER_SECOND: '1000000000', RATE_LIMIT_BURST: '1000000000', LOG_LEVEL: 'warn', ...EMBEDDED_ENV },
     port, logFile: join(work, 'service.log'), readyPath: '/healthz',
   })
   const url = `http://127.0.0.1:${port}`

@@ -15,7 +15,7 @@
  */
 import { join } from 'node:path'
 import { chromium, type Browser } from 'playwright-core'
-import { freePort, log, machine, percentile, randomBase62, removeDir, sourceVersion, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
+import { EMBEDDED_ENV, freePort, log, machine, percentile, randomBase62, removeDir, sourceVersion, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
 
 const VISITS = Number(process.env.CONSOLE_VISITS ?? 30)
 const CHROMIUM = '/usr/bin/chromium'
@@ -32,7 +32,7 @@ const bare = Bun.serve({
 const port = freePort()
 const service = await startServer({
   cmd: ['bun', 'run', 'src/main.ts'],
-  env: { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: join(work, 'data'), BOOTSTRAP_API_KEY: KEY, LOG_LEVEL: 'warn', DATABASE_URL: '', REDIS_URL: '' },
+  env: { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: join(work, 'data'), BOOTSTRAP_API_KEY: KEY, LOG_LEVEL: 'warn', ...EMBEDDED_ENV },
   port,
   logFile: join(work, 'service.log'),
   readyPath: '/healthz',

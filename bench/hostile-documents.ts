@@ -21,7 +21,7 @@
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { inflatingDocx, longLineText } from '../tests/helpers/hostile-documents'
-import { freePort, killAll, log, percentile, randomBase62, removeDir, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
+import { EMBEDDED_ENV, freePort, killAll, log, percentile, randomBase62, removeDir, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
 
 const SIZES_MB = (process.env.SIZES_MB ?? '1,5,45').split(',').map(Number)
 const DOCX_MB = Number(process.env.DOCX_MB ?? 196)
@@ -119,7 +119,7 @@ async function main() {
   const server = await startServer({
     cmd: ['bun', 'run', 'src/main.ts'],
     env: {
-      PORT: String(port), HOST: '127.0.0.1', DATA_DIR: join(work, 'data'), BOOTSTRAP_API_KEY: ROOT_KEY, DATABASE_URL: '', REDIS_URL: '',
+      PORT: String(port), HOST: '127.0.0.1', DATA_DIR: join(work, 'data'), BOOTSTRAP_API_KEY: ROOT_KEY, ...EMBEDDED_ENV,
       RATE_LIMIT_PER_SECOND: '1000000000', RATE_LIMIT_BURST: '1000000000', LOG_LEVEL: 'warn',
     },
     port,

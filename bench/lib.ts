@@ -64,6 +64,13 @@ export interface Server {
 }
 
 /**
+ * Spread into the environment of a service a bench measures on the embedded default: every process
+ * it starts inherits the caller's environment, where a DATABASE_URL or REDIS_URL would make it server
+ * mode. The service reads an empty value as unset.
+ */
+export const EMBEDDED_ENV = { DATABASE_URL: '', REDIS_URL: '' } as const
+
+/**
  * Starts `cmd` with stdout and stderr to `logFile` (never a pipe: a pipe nobody reads blocks the
  * server once it fills, which would throttle the access log and the figures with it), and waits until
  * `readyPath` answers 200.

@@ -18,7 +18,7 @@
 import { join } from 'node:path'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
-import { freePort, log, machine, percentile, randomBase62, removeDir, sourceVersion, spawnListening, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
+import { EMBEDDED_ENV, freePort, log, machine, percentile, randomBase62, removeDir, sourceVersion, spawnListening, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
 
 const TURNS = Number(process.env.MCP_TURNS ?? 300)
 const WARMUP = Number(process.env.MCP_WARMUP ?? 100)
@@ -67,7 +67,7 @@ async function main() {
     cmd: ['bun', 'run', 'src/main.ts'],
     env: {
       PORT: String(port), HOST: '127.0.0.1', DATA_DIR: join(work, 'data'), BOOTSTRAP_API_KEY: ROOT_KEY, MODELS_FILE: modelsFile,
-      RATE_LIMIT_PER_SECOND: '1000000000', RATE_LIMIT_BURST: '1000000000', LOG_LEVEL: 'warn', DATABASE_URL: '', REDIS_URL: '',
+      RATE_LIMIT_PER_SECOND: '1000000000', RATE_LIMIT_BURST: '1000000000', LOG_LEVEL: 'warn', ...EMBEDDED_ENV,
       WEBHOOK_ALLOW_HTTP: 'true', WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
     },
     port, logFile: join(work, 'service.log'), readyPath: '/healthz',

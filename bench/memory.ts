@@ -20,7 +20,7 @@
  */
 import { cpSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { freePort, log, machine, randomBase62, removeDir, run, sourceVersion, startServer, tempDir, whenInterrupted, writeResults, type Row, type Server } from './lib'
+import { EMBEDDED_ENV, freePort, log, machine, randomBase62, removeDir, run, sourceVersion, startServer, tempDir, whenInterrupted, writeResults, type Row, type Server } from './lib'
 
 const ROOT = join(import.meta.dir, '..')
 const IDLE_MS = Number(process.env.IDLE_MS ?? 5000)
@@ -243,7 +243,7 @@ await ceiling(
 )
 
 const dataDir = join(work, 'embedded')
-await service('embedded (all)', [], { DATA_DIR: dataDir, DATABASE_URL: '', REDIS_URL: '' }, true)
+await service('embedded (all)', [], { DATA_DIR: dataDir, ...EMBEDDED_ENV }, true)
 
 const db = await freshDatabase()
 try {

@@ -24,7 +24,7 @@
  */
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { freePort, log, startFakeProvider, machine, machineCpuMs, percentile, processCpuMs, randomBase62, removeDir, run, sourceVersion, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
+import { EMBEDDED_ENV, freePort, log, machine, machineCpuMs, percentile, processCpuMs, randomBase62, removeDir, run, sourceVersion, startFakeProvider, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
 
 const TTFT_REQUESTS = Number(process.env.MODELS_TTFT_REQUESTS ?? 500)
 const TTFT_WARMUP = Number(process.env.MODELS_TTFT_WARMUP ?? 300)
@@ -174,7 +174,7 @@ async function main() {
       PORT: String(port), HOST: '127.0.0.1', DATA_DIR: join(work, 'data'), BOOTSTRAP_API_KEY: ROOT_KEY, MODELS_FILE: modelsFile,
       // The limiter runs on every /v1 request but never refuses.
       RATE_LIMIT_PER_SECOND: '1000000000', RATE_LIMIT_BURST: '1000000000',
-      LOG_LEVEL: 'warn', DATABASE_URL: '', REDIS_URL: '',
+      LOG_LEVEL: 'warn', ...EMBEDDED_ENV,
     },
     port,
     logFile: join(work, 'service.log'),

@@ -1,7 +1,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import {
-  combine, describe, freePort, killAll, log, machine, measureOnce, randomBase62, removeDir, sourceVersion, startServer, tempDir, whenInterrupted,
+  combine, describe, EMBEDDED_ENV, freePort, killAll, log, machine, measureOnce, randomBase62, removeDir, sourceVersion, startServer, tempDir, whenInterrupted,
   type LoadShape, type Measurement,
 } from './lib'
 import { VARIANTS, type Variant } from './profile-variants'
@@ -46,8 +46,7 @@ async function profile(spec: string, index: number): Promise<Row> {
       RATE_LIMIT_PER_SECOND: '1000000000',
       RATE_LIMIT_BURST: '1000000000',
       LOG_LEVEL: level,
-      DATABASE_URL: '',
-      REDIS_URL: '',
+      ...EMBEDDED_ENV,
     },
     port,
     logFile: join(work, `${index}-${variant}.log`),

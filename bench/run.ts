@@ -1,6 +1,6 @@
 import { join } from 'node:path'
 import {
-  combine, describe, freePort, killAll, log, machine, measureOnce, randomBase62, removeDir, run, sourceVersion, startServer, tail, tempDir, whenInterrupted,
+  combine, describe, EMBEDDED_ENV, freePort, killAll, log, machine, measureOnce, randomBase62, removeDir, run, sourceVersion, startServer, tail, tempDir, whenInterrupted,
   share, verdict, writeResults, type LoadShape, type Measurement, type Round, type Row, type Server, type WrkOptions,
 } from './lib'
 
@@ -84,8 +84,7 @@ function startService(logLevel: string, logName: string): Promise<Server> {
       RATE_LIMIT_PER_SECOND: '1000000000',
       RATE_LIMIT_BURST: '1000000000',
       LOG_LEVEL: logLevel,
-      DATABASE_URL: '',
-      REDIS_URL: '',
+      ...EMBEDDED_ENV,
     },
     port,
     logFile: join(work, logName),

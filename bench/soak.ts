@@ -11,7 +11,7 @@
  */
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { freePort, log, machine, percentile, randomBase62, removeDir, sourceVersion, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
+import { EMBEDDED_ENV, freePort, log, machine, percentile, randomBase62, removeDir, sourceVersion, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
 
 const SECONDS = Number(process.env.SOAK_SECONDS ?? 180)
 const CONCURRENCY = Number(process.env.SOAK_CONCURRENCY ?? 8)
@@ -42,8 +42,7 @@ const service = await startServer({
     RATE_LIMIT_BURST: '1000000000',
     WEBHOOK_ALLOW_HTTP: 'true',
     WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
-    DATABASE_URL: '',
-    REDIS_URL: '',
+    ...EMBEDDED_ENV,
   },
   port,
   logFile: join(work, 'service.log'),

@@ -7,6 +7,7 @@
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { EMBEDDED_ENV } from './lib'
 
 const ROUNDS = Number(process.env.ROUNDS ?? 5)
 const ROOT = join(import.meta.dir, '..')
@@ -39,7 +40,7 @@ const pglite: number[] = []
 for (let i = 0; i < ROUNDS; i++) {
   const dir = mkdtempSync(join(tmpdir(), 'ap-bench-start-'))
   const port = String(21000 + i)
-  const env = { DATA_DIR: dir, PORT: port, LOG_LEVEL: 'warn', DATABASE_URL: '', REDIS_URL: '' }
+  const env = { DATA_DIR: dir, PORT: port, LOG_LEVEL: 'warn', ...EMBEDDED_ENV }
   fresh.push(await timed(['bun', 'run', 'src/main.ts'], env, `http://127.0.0.1:${port}/healthz`))
   restart.push(await timed(['bun', 'run', 'src/main.ts'], env, `http://127.0.0.1:${port}/healthz`))
   bare.push(await timed(['bun', '-e', `Bun.serve({ port: ${port}, fetch: () => new Response('ok') })`], {}, `http://127.0.0.1:${port}/`))

@@ -17,7 +17,7 @@
 import { join } from 'node:path'
 import { writeFileSync } from 'node:fs'
 import {
-  freePort, killAll, log, machine, measureOnce, percentile, processCpuMs, randomBase62, removeDir, sourceVersion, startFakeProvider, startServer,
+  EMBEDDED_ENV, freePort, killAll, log, machine, measureOnce, percentile, processCpuMs, randomBase62, removeDir, sourceVersion, startFakeProvider, startServer,
   tempDir, verdict, whenInterrupted, writeResults, type Round, type Row, type Server,
 } from './lib'
 
@@ -64,7 +64,7 @@ async function startService(tracing: boolean, tag: string): Promise<Server> {
     env: {
       PORT: String(port), HOST: '127.0.0.1', DATA_DIR: join(work, `data-${tag}`), BOOTSTRAP_API_KEY: ROOT_KEY,
       RATE_LIMIT_PER_SECOND: '1000000000', RATE_LIMIT_BURST: '1000000000', LOG_LEVEL: 'warn', MODELS_FILE: modelsFile,
-      DATABASE_URL: '', REDIS_URL: '',
+      ...EMBEDDED_ENV,
       OTEL_EXPORTER_OTLP_ENDPOINT: tracing ? `http://127.0.0.1:${collector.port}` : '',
       // ON_ENV: more variables for the "on" service (e.g. {"OTEL_TRACES_SAMPLER":"always_off"}).
       ...(tracing ? (JSON.parse(process.env.ON_ENV ?? '{}') as Record<string, string>) : {}),
