@@ -76,9 +76,9 @@ export function serverTarget(url: string): { url: string; path: string | null; d
  */
 export function openPostgres(url: string, max: number, searchMax = searchPoolDefault(max), efSearch = EF_SEARCH): Database {
   const target = serverTarget(url)
-  const at = target.path ? { path: target.path } : {}
-  const sql = postgres(target.url, { ...common, ...at, max, idle_timeout: 30, connect_timeout: 10 })
-  const search = searchMax > 0 ? postgres(target.url, { ...common, ...at, max: searchMax, idle_timeout: 30, connect_timeout: 10, connection: { ...common.connection, ...searchSession(efSearch) } }) : null
+  const options = { ...common, ...(target.path ? { path: target.path } : {}), idle_timeout: 30, connect_timeout: 10 }
+  const sql = postgres(target.url, { ...options, max })
+  const search = searchMax > 0 ? postgres(target.url, { ...options, max: searchMax, connection: { ...common.connection, ...searchSession(efSearch) } }) : null
   return {
     sql,
     search,
