@@ -5,6 +5,7 @@ import { sha256Hex } from '../../src/lib/crypto'
 import { newId } from '../../src/lib/ids'
 import { insertApiKey } from '../../src/store/api-keys'
 import { openPostgres, type Database } from '../../src/store/db'
+import { queueOf } from '../../src/store/knowledge/search'
 import { claimUndispatchedEvents, emit, markEventsDispatched, type EventRow } from '../../src/store/events'
 import { loadMigrations, migrate } from '../../src/store/migrate'
 import { deleteWorkspace, insertMember, insertWorkspace } from '../../src/store/workspaces'
@@ -170,6 +171,37 @@ describe('migrations', () => {
       where table_schema = 'public' and column_name = 'workspace_id'`
     const covered = new Set(fks.filter((f) => f.column === 'workspace_id').map((f) => f.table))
     expect(columns.map((c) => c.table).filter((table) => !covered.has(table))).toEqual([])
+  })
+})
+
+describe('the search pool', () => {
+  test.skipIf(!serverUrl)('a search waits for the first free connection of its pool, not behind a search still running on a busy one', async () => {
+    // Two search connections, both busy: a long statement on one, a short one on the other. A third
+    // statement must go to whichever frees first (the short one's), so it ends before the long one.
+    // Sent straight to the pool, postgres.js pipelines it onto the first busy connection, behind the
+    // long one: the test shows it can tell the two apart.
+    const pool = openPostgres(serverUrl!, 1, 2)
+    const queue = queueOf(pool.search!)
+    const signal = new AbortController().signal
+    const sleep = (seconds: number) => pool.search!`select pg_sleep(${seconds})`
+    const order = async (send: (seconds: number) => Promise<unknown>) => {
+      const ended: string[] = []
+      const run = (name: string, seconds: number) => send(seconds).then(() => ended.push(name))
+      const long = run('long', 1)
+      const short = run('short', 0.05)
+      const third = run('third', 0)
+      await Promise.all([long, short, third])
+      return ended
+    }
+    try {
+      // The statement prepared on both connections first: a statement's first run waits for its
+      // description and is never pipelined, which would hide the difference.
+      for (let i = 0; i < 2; i++) await Promise.all([sleep(0.01), sleep(0.01)])
+      expect(await order(sleep)).toEqual(['short', 'long', 'third'])
+      expect(await order((seconds) => queue.run(signal, async () => sleep(seconds)))).toEqual(['short', 'third', 'long'])
+    } finally {
+      await pool.close()
+    }
   })
 })
 

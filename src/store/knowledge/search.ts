@@ -1,3 +1,4 @@
+import { Limiter } from '../../lib/limiter'
 import type { Pool, Sql } from '../db'
 import { EXACT_MAX, halfOf } from './vector-index'
 
@@ -117,6 +118,22 @@ export interface SearchPools {
 }
 
 /**
+ * The searches sent to a search pool, at most one per connection: the others wait in one queue for
+ * the first connection that frees up. Sent straight to a pool whose connections are all busy,
+ * postgres.js pipelines a search behind one already running on a connection, where it waits for
+ * that one to end even as other connections free up: the slowest answers waited for whichever search
+ * happened to be ahead of them (bench/README.md, "The search pool's queue").
+ */
+const queues = new WeakMap<Pool, Limiter>()
+const NEVER = new AbortController().signal
+
+export function queueOf(pool: Pool): Limiter {
+  let queue = queues.get(pool)
+  if (!queue) queues.set(pool, (queue = new Limiter(Math.max(1, pool.options.max))))
+  return queue
+}
+
+/**
  * One search of one base, both lists in one statement:
  *
  * - vector: the indexed part through the base's size's HNSW index (an iterative scan, so that
@@ -135,8 +152,8 @@ export async function searchChunks(db: SearchPools, q: SearchQuery): Promise<{ v
   const ef = efSearchFor(db.efSearch, q.limit)
   const pool = db.search
   let rows: Row[]
-  if (pool && (ef === db.efSearch || !wantVector)) rows = await searchStatement(pool, q, wantVector, wantText)
-  else if (pool) rows = (await pool.begin((tx) => [tx`select set_config('hnsw.ef_search', ${String(ef)}, true)`, searchStatement(tx, q, wantVector, wantText)]))[1] as never
+  if (pool && (ef === db.efSearch || !wantVector)) rows = await queueOf(pool).run(NEVER, async () => searchStatement(pool, q, wantVector, wantText))
+  else if (pool) rows = await queueOf(pool).run(NEVER, async () => (await pool.begin((tx) => [tx`select set_config('hnsw.ef_search', ${String(ef)}, true)`, searchStatement(tx, q, wantVector, wantText)]))[1] as never)
   else {
     const settings = Object.entries(searchSession(ef))
     rows = (await db.sql.begin((tx) => [
