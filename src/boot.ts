@@ -112,7 +112,7 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
     if (db.kind !== 'pglite') await accessCache.start(redis, log)
     const events = { nudge: () => {} }
     // Charges a process journaled and did not write (it was killed) are written before anything is served.
-    const charges = await ChargeOutbox.open({ sql: db.sql, dir: join(config.dataDir, 'credits'), log, flushMs: config.creditsFlushMs, nudgeEvents: () => events.nudge(), spent: (totals) => cache.spent(totals) })
+    const charges = await ChargeOutbox.open({ sql: db.sql, dir: join(config.dataDir, 'credits'), log, flushMs: config.creditsFlushMs, genericPlan: db.kind === 'postgres', nudgeEvents: () => events.nudge(), spent: (totals) => cache.spent(totals) })
     const files = openFileStore(config.storage, db.sql)
     log.info(`uploaded originals are kept in ${files.describe}`)
     return {

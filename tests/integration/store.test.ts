@@ -4,6 +4,7 @@ import postgres from 'postgres'
 import { sha256Hex } from '../../src/lib/crypto'
 import { newId } from '../../src/lib/ids'
 import { insertApiKey } from '../../src/store/api-keys'
+import { addCharges } from '../../src/store/credits'
 import { openPostgres, type Database } from '../../src/store/db'
 import { queueOf } from '../../src/store/knowledge/search'
 import { claimUndispatchedEvents, emit, markEventsDispatched, type EventRow } from '../../src/store/events'
@@ -201,6 +202,33 @@ describe('the search pool', () => {
       expect(await order((seconds) => queue.run(signal, async () => sleep(seconds)))).toEqual(['short', 'third', 'long'])
     } finally {
       await pool.close()
+    }
+  })
+})
+
+describe('charge batches', () => {
+  test('with genericPlan, the batch statement runs its generic plan (in a transaction of its own); without, the plans PostgreSQL picks per batch', async () => {
+    const ws = await newWorkspace()
+    const batch = (n: number) => Array.from({ length: n }, () => ({ id: newId('crd'), workspace_id: ws, model: 'm', kind: 'embedding' as const, tokens_in: 3, tokens_out: 0, credits: 0.5, request_id: newId('req'), at: Date.now() }))
+    // One connection, so that its prepared statements are the ones counted (the embedded database is one already).
+    const o = db.sql.options
+    const one = serverUrl ? postgres({ host: o.host[0], port: o.port[0], database: o.database, username: o.user, max: 1, onnotice: () => {} }) : db.sql
+    const plans = async () => {
+      const [row] = await one<{ generic: number; custom: number }[]>`select coalesce(sum(generic_plans), 0)::int as generic, coalesce(sum(custom_plans), 0)::int as custom from pg_prepared_statements where statement like '%insert into credit_ledger%'`
+      return row!
+    }
+    try {
+      for (let i = 0; i < 3; i++) await addCharges(one, batch(1 + i), [], true)
+      const generic = await plans()
+      expect(generic.custom).toBe(0)
+      expect(generic.generic).toBeGreaterThanOrEqual(3)
+      // PostgreSQL's own choice for a statement's first runs: a plan for their values.
+      for (let i = 0; i < 3; i++) await addCharges(one, batch(1 + i))
+      expect((await plans()).custom).toBe(3)
+      const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from credit_ledger where workspace_id = ${ws}`
+      expect(row!.n).toBe(12)
+    } finally {
+      if (one !== db.sql) await one.end()
     }
   })
 })
