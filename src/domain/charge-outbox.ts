@@ -14,6 +14,12 @@ const MAX_ROWS = 500
 const FLUSH_AT = 200
 /** After a failed flush (the database away), the next try waits this long, then doubles, to this most. */
 const RETRY_MS = [100, 1000, 5000]
+/**
+ * The first batch after a segment has been open this long closes it (and deletes it once committed):
+ * one open(2) and one unlink(2) a second at most, not one per batch. Each cost ~0.1 ms on the path of
+ * the call whose charge opened the segment, which at one call at a time was every call.
+ */
+const SEGMENT_MS = 1000
 const SEGMENT = /^(\d{9})\.log$/
 const LOCK = 'owner.lock'
 
@@ -31,6 +37,8 @@ export interface ChargeOutboxOptions {
    * batch) than the planning saves.
    */
   genericPlan?: boolean
+  /** How long a segment stays open before a batch closes it (SEGMENT_MS; 0: every batch closes it). */
+  segmentMs?: number
   /** Called after a batch fired thresholds: their events are in the outbox. */
   nudgeEvents: () => void
   /**
@@ -50,8 +58,10 @@ export interface ChargeOutboxOptions {
  * written and still journaled is inserted once.
  *
  * Layout: DATA_DIR/credits/<process>/NNNNNNNNN.log, one JSON line per charge, and `owner.lock`, on
- * which the process holds an flock(2) for its life. A batch closes the segment being written (the
- * next charge opens a new one) and deletes the segments it covered once committed. At start-up a
+ * which the process holds an flock(2) for its life. The first batch after the segment being written
+ * has been open for SEGMENT_MS closes it (the next charge opens a new one) and deletes the closed
+ * segments once committed; the open one may hold charges already committed, which a replay inserts
+ * no second time. At start-up a
  * process replays every other process directory whose lock it can take (its owner is gone), then
  * deletes it. A process that cannot write its batches (the database away) keeps them, retrying, and
  * at shutdown leaves its directory for the next start.
@@ -64,6 +74,8 @@ export class ChargeOutbox {
   /** Credits and count of the charges held, by workspace and period. */
   private held = new Map<string, { credits: number; count: number }>()
   private fd = -1
+  /** When the segment being written was opened (performance.now()). */
+  private openedAt = 0
   private seq = 0
   /** Closed segments whose charges are all in `queue` or in the batch being written. */
   private sealed: string[] = []
@@ -96,7 +108,10 @@ export class ChargeOutbox {
   add(c: Charge, at = Date.now()): void {
     if (this.closed) throw new Error('the charge outbox is closed')
     const entry: JournaledCharge = { ...c, id: newId('crd'), at }
-    if (this.fd < 0) this.fd = openSync(join(this.own, `${String(++this.seq).padStart(9, '0')}.log`), 'a')
+    if (this.fd < 0) {
+      this.fd = openSync(join(this.own, `${String(++this.seq).padStart(9, '0')}.log`), 'a')
+      this.openedAt = performance.now()
+    }
     const line = Buffer.from(`${JSON.stringify([entry.id, entry.workspace_id, entry.model, entry.kind, entry.tokens_in, entry.tokens_out, entry.credits, entry.request_id, entry.at])}\n`)
     for (let off = 0; off < line.length; ) off += writeSync(this.fd, line, off)
     this.queue.push(entry)
@@ -177,7 +192,9 @@ export class ChargeOutbox {
     const traces = this.traces
     this.queue = []
     this.traces = []
-    this.seal()
+    // Every charge of a segment closed now is in this batch or committed by an earlier one (a failed
+    // batch's charges went back into the queue): this batch's commit covers it.
+    if (performance.now() - this.openedAt >= (this.o.segmentMs ?? SEGMENT_MS)) this.seal()
     const segments = this.sealed
     this.sealed = []
     const spent: SpentTotal[] = []

@@ -69,3 +69,45 @@ test('a gone process is replayed (a torn last line skipped) and its directory de
     closeSync(liveLock)
   }
 })
+
+test('a batch closes the segment being written only once it has been open for segmentMs; the closed segments go once their charges are committed, and a replay of the open one charges nothing twice', async () => {
+  const credits = join(dir, 'credits-rotation')
+  const charge = (requestId: string) => ({ workspace_id: ws, model: 'm', kind: 'chat' as const, tokens_in: 1, tokens_out: 1, credits: 0.5, request_id: requestId })
+  const own = () => readdirSync(credits).filter((d) => d !== '2-2-live')
+  const segments = () => readdirSync(join(credits, own()[0]!)).filter((f) => f.endsWith('.log')).sort()
+  const ledger = async (prefix: string) => Number((await db.sql<{ n: number }[]>`select count(*)::int as n from credit_ledger where request_id like ${`${prefix}%`}`)[0]!.n)
+
+  // Kept open across batches: one file for every charge, whose lines are all committed.
+  const kept = await ChargeOutbox.open({ sql: db.sql, dir: credits, log, flushMs: 5, nudgeEvents: () => {}, segmentMs: 60_000 })
+  for (let i = 0; i < 3; i++) {
+    kept.add(charge(`kept-${i}`))
+    await kept.flush()
+  }
+  expect(await ledger('kept-')).toBe(3)
+  expect(segments()).toEqual(['000000001.log'])
+  // What a crash would leave: replayed by the next start, it inserts nothing a second time.
+  const journal = join(credits, own()[0]!)
+  const copy = join(credits, '3-3-crashed')
+  mkdirSync(copy)
+  writeFileSync(join(copy, 'owner.lock'), '')
+  writeFileSync(join(copy, '000000001.log'), await Bun.file(join(journal, '000000001.log')).text())
+  await kept.close()
+  const [before] = await db.sql<{ used: string }[]>`select used::text as used from credit_periods where workspace_id = ${ws}`
+  const replaying = await ChargeOutbox.open({ sql: db.sql, dir: credits, log, flushMs: 5, nudgeEvents: () => {} })
+  expect(existsSync(copy)).toBe(false)
+  expect(await ledger('kept-')).toBe(3)
+  const [after] = await db.sql<{ used: string }[]>`select used::text as used from credit_periods where workspace_id = ${ws}`
+  expect(after!.used).toBe(before!.used)
+  await replaying.close()
+
+  // Closed by every batch (segmentMs 0): each batch's file is gone once it is committed.
+  const rotating = await ChargeOutbox.open({ sql: db.sql, dir: credits, log, flushMs: 5, nudgeEvents: () => {}, segmentMs: 0 })
+  for (let i = 0; i < 3; i++) {
+    rotating.add(charge(`rotating-${i}`))
+    await rotating.flush()
+    expect(segments()).toEqual([])
+  }
+  expect(await ledger('rotating-')).toBe(3)
+  await rotating.close()
+  expect(own()).toEqual([])
+})
