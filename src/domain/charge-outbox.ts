@@ -61,10 +61,9 @@ export interface ChargeOutboxOptions {
  * which the process holds an flock(2) for its life. The first batch after the segment being written
  * has been open for SEGMENT_MS closes it (the next charge opens a new one) and deletes the closed
  * segments once committed; the open one may hold charges already committed, which a replay inserts
- * no second time. At start-up a
- * process replays every other process directory whose lock it can take (its owner is gone), then
- * deletes it. A process that cannot write its batches (the database away) keeps them, retrying, and
- * at shutdown leaves its directory for the next start.
+ * no second time. At start-up a process replays every other process directory whose lock it can
+ * take (its owner is gone), then deletes it. A process that cannot write its batches (the database
+ * away) keeps them, retrying, and at shutdown leaves its directory for the next start.
  *
  * The hard limit (`pending`) counts the charges this process holds beside the committed total.
  */

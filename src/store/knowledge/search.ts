@@ -152,9 +152,12 @@ export async function searchChunks(db: SearchPools, q: SearchQuery): Promise<{ v
   const ef = efSearchFor(db.efSearch, q.limit)
   const pool = db.search
   let rows: Row[]
-  if (pool && (ef === db.efSearch || !wantVector)) rows = await queueOf(pool).run(NEVER, async () => searchStatement(pool, q, wantVector, wantText))
-  else if (pool) rows = await queueOf(pool).run(NEVER, async () => (await pool.begin((tx) => [tx`select set_config('hnsw.ef_search', ${String(ef)}, true)`, searchStatement(tx, q, wantVector, wantText)]))[1] as never)
-  else {
+  if (pool) {
+    // A list longer than the pool's sessions start with sets its `ef_search` in a transaction around it.
+    const longer = wantVector && ef !== db.efSearch
+    rows = await queueOf(pool).run(NEVER, async () =>
+      longer ? (await pool.begin((tx) => [tx`select set_config('hnsw.ef_search', ${String(ef)}, true)`, searchStatement(tx, q, wantVector, wantText)]))[1] as never : searchStatement(pool, q, wantVector, wantText))
+  } else {
     const settings = Object.entries(searchSession(ef))
     rows = (await db.sql.begin((tx) => [
       tx`select ${settings.map(([name, value]) => tx`set_config(${name}, ${value}, true)`).reduce((a, b) => tx`${a}, ${b}`)}`,
