@@ -76,7 +76,7 @@ export class ChargeOutbox {
   /** When the segment being written was opened (performance.now()). */
   private openedAt = 0
   private seq = 0
-  /** Closed segments whose charges are all in `queue` or in the batch being written. */
+  /** Closed segments whose charges are all committed, in `queue`, or in the batch being written. */
   private sealed: string[] = []
   private timer: ReturnType<typeof setTimeout> | null = null
   private flushing: Promise<void> | null = null
