@@ -37,12 +37,55 @@ export function checkUrlShape(raw: string, policy: UrlPolicy): URL {
   return url
 }
 
-/** Whether `address` is a public unicast address (not loopback, private, link-local, multicast...). */
+/**
+ * Whether `address` is a public unicast address (not loopback, private, link-local, multicast...).
+ * An IPv6 address that stands for an IPv4 one (IPv4-mapped `::ffff:a.b.c.d`, IPv4-compatible
+ * `::a.b.c.d`, SIIT `::ffff:0:a.b.c.d`, NAT64 `64:ff9b::a.b.c.d`) is judged as that IPv4 address:
+ * `[::127.0.0.1]` is `::7f00:1`, loopback. Every other IPv6 address that carries an IPv4 one (6to4
+ * 2002::/16, both of Teredo's, an ISATAP interface identifier) is public only if what it carries is,
+ * and only if the IPv6 address is public itself (6to4, Teredo and the local-use NAT64 prefix
+ * 64:ff9b:1::/48 never are: they reach the IPv4 network through relays of someone else's choosing).
+ */
 export function isPublicAddress(address: string): boolean {
   if (!ipaddr.isValid(address)) return false
-  let ip = ipaddr.parse(address)
-  if (ip.kind() === 'ipv6' && (ip as ipaddr.IPv6).isIPv4MappedAddress()) ip = (ip as ipaddr.IPv6).toIPv4Address()
-  return ip.range() === 'unicast'
+  const ip = ipaddr.parse(address)
+  if (ip.kind() === 'ipv4') return ip.range() === 'unicast'
+  const v6 = ip as ipaddr.IPv6
+  const translated = translatedIPv4(v6)
+  if (translated) return translated.range() === 'unicast'
+  if (!carriedIPv4(v6).every((v4) => v4.range() === 'unicast')) return false
+  return v6.range() === 'unicast'
+}
+
+const ipv4Of = (hi: number, lo: number) => new ipaddr.IPv4([hi >> 8, hi & 0xff, lo >> 8, lo & 0xff])
+
+/** The IPv4 address an IPv6 one is a stand-in for (the connection reaches that address), or null. */
+function translatedIPv4(ip: ipaddr.IPv6): ipaddr.IPv4 | null {
+  const s = ip.parts
+  const zero = (from: number, to: number) => s.slice(from, to).every((p) => p === 0)
+  // ::/96 minus :: and ::1 (unspecified and loopback as they are): IPv4-compatible, deprecated but parsed.
+  if (zero(0, 6) && (s[6] !== 0 || s[7]! > 1)) return ipv4Of(s[6]!, s[7]!)
+  // ::ffff:0:0/96 (IPv4-mapped) and ::ffff:0:0:0/96 (SIIT, RFC 6145).
+  if (zero(0, 5) && s[5] === 0xffff) return ipv4Of(s[6]!, s[7]!)
+  if (zero(0, 4) && s[4] === 0xffff && s[5] === 0) return ipv4Of(s[6]!, s[7]!)
+  // NAT64's well-known prefix 64:ff9b::/96 (RFC 6052).
+  if (s[0] === 0x64 && s[1] === 0xff9b && zero(2, 6)) return ipv4Of(s[6]!, s[7]!)
+  return null
+}
+
+/** The IPv4 addresses an IPv6 address carries inside it (tunnels, ISATAP), to be checked too. */
+function carriedIPv4(ip: ipaddr.IPv6): ipaddr.IPv4[] {
+  const s = ip.parts
+  const out: ipaddr.IPv4[] = []
+  // 6to4: 2002:AABB:CCDD::/48 is the site behind AA.BB.CC.DD.
+  if (s[0] === 0x2002) out.push(ipv4Of(s[1]!, s[2]!))
+  // Teredo 2001:0::/32: the server's address, then the client's, inverted.
+  if (s[0] === 0x2001 && s[1] === 0) out.push(ipv4Of(s[2]!, s[3]!), ipv4Of(~s[6]! & 0xffff, ~s[7]! & 0xffff))
+  // NAT64 local-use 64:ff9b:1::/48 (RFC 8215): where the IPv4 address sits depends on the prefix length.
+  if (s[0] === 0x64 && s[1] === 0xff9b && s[2] === 1) out.push(new ipaddr.IPv4([0, 0, 0, 0]))
+  // ISATAP: an interface identifier 0000:5efe:a.b.c.d (0200:5efe, and the group-bit variants, too).
+  if ((s[4]! & 0xfcff) === 0 && s[5] === 0x5efe) out.push(ipv4Of(s[6]!, s[7]!))
+  return out
 }
 
 export interface PinnedAddress {

@@ -323,6 +323,11 @@ describe('http_request', () => {
     const httpOnly = { ...strict, webhookAllowHttp: true }
     expect(await refused(`${base}/json`, httpOnly)).toContain('127.0.0.1')
     expect(await refused('http://[::1]:9/', httpOnly)).toContain('::1')
+    // IPv6 forms of 127.0.0.1 and of the metadata address, at the port where the server listens.
+    expect(await refused(`http://[::127.0.0.1]:${server.port}/json`, httpOnly)).toContain('::7f00:1')
+    expect(await refused(`http://[::ffff:0:127.0.0.1]:${server.port}/json`, httpOnly)).toContain('::ffff:0:7f00:1')
+    expect(await refused(`http://[64:ff9b::127.0.0.1]:${server.port}/json`, httpOnly)).toContain('64:ff9b::7f00:1')
+    expect(await refused('http://[::a9fe:a9fe]/latest/meta-data', httpOnly)).toContain('::a9fe:a9fe')
     expect(await refused('http://localhost:9/', httpOnly)).toMatch(/127\.0\.0\.1|::1/)
     expect(await refused('https://10.0.0.1/', strict)).toContain('10.0.0.1')
     expect(await refused('https://169.254.169.254/latest/meta-data', strict)).toContain('169.254.169.254')
