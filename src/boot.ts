@@ -9,6 +9,7 @@ import { ChargeOutbox } from './domain/charge-outbox'
 import { AccessCache } from './domain/access-cache'
 import { createMetrics } from './lib/metrics'
 import { startTracing, stopTracing } from './lib/tracing'
+import { redactUrls } from './lib/redact-url'
 import { loadSecretKey, SecretBox } from './lib/secret-box'
 import { openEmbedded, openPostgres, type Database } from './store/db'
 import { openFileStore } from './store/files'
@@ -24,8 +25,8 @@ let destination: ReturnType<typeof pino.destination> | null = null
  * JSON logs on stdout, buffered (flushed every 250 ms, at 4 KiB, after start-up and before exit) so
  * that a busy process does not make one write system call per line.
  */
-export function createLogger(level: string): Logger {
-  if (!destination && level !== 'silent') {
+export function createLogger(level: string, to?: pino.DestinationStream): Logger {
+  if (!to && !destination && level !== 'silent') {
     destination = pino.destination({ dest: 1, sync: false, minLength: 4096 })
     setInterval(() => destination?.flush(), 250).unref()
   }
@@ -34,11 +35,26 @@ export function createLogger(level: string): Logger {
       level,
       base: { service: 'agent-platform-api' },
       timestamp: pino.stdTimeFunctions.isoTime,
+      // `"level":"warn"`, readable and greppable, rather than pino's 40 (docs/observability.md, "Logs").
+      formatters: { level: (label) => ({ level: label }) },
+      serializers: { err: serializeError },
       // Secrets never reach the log, whatever object a call site passes.
       redact: { paths: ['*.authorization', '*.secret', '*.key', 'headers.authorization', 'req.headers.authorization'], censor: '[redacted]' },
     },
-    destination ?? undefined,
+    to ?? destination ?? undefined,
   )
+}
+
+/**
+ * pino's error serializer, with every URL cut to its origin: Bun's fetch errors carry the whole URL
+ * they failed on (`path`), and an outgoing call's path and query never reach the log.
+ */
+function serializeError(err: unknown): unknown {
+  const out = pino.stdSerializers.err(err as Error) as unknown
+  if (!out || typeof out !== 'object') return out
+  const o = out as Record<string, unknown>
+  for (const [k, v] of Object.entries(o)) if (typeof v === 'string') o[k] = redactUrls(v)
+  return o
 }
 
 export interface AccessEntry {
@@ -60,7 +76,7 @@ export function createAccessLog(log: Logger): (entry: AccessEntry) => void {
   const dest = destination
   if (!dest || !log.isLevelEnabled('info')) return () => {}
   return (entry) => {
-    dest.write(`${JSON.stringify({ level: 30, time: new Date().toISOString(), service: 'agent-platform-api', ...entry, msg: 'request' })}\n`)
+    dest.write(`${JSON.stringify({ level: 'info', time: new Date().toISOString(), service: 'agent-platform-api', ...entry, msg: 'request' })}\n`)
   }
 }
 

@@ -11,6 +11,7 @@ import {
   type Tracer,
 } from '@opentelemetry/api'
 import type { TracingConfig } from '../config'
+import { redactUrls } from './redact-url'
 
 /**
  * The seam between the service and OpenTelemetry (docs/observability.md). Every outgoing call
@@ -130,16 +131,20 @@ export async function withSpan<T>(
   }
 }
 
-/** Error status and an exception event (the error's name and message; the stack stays in the logs). */
+/**
+ * Error status and an exception event (the error's name and message; the stack stays in the logs).
+ * A URL in the message keeps only its origin: an outgoing call's path and query never reach a span.
+ */
 export function failSpan(span: Span, err: unknown, message?: string) {
   const e = err as { name?: string; message?: string; code?: string }
-  span.recordException({ name: e?.code ?? e?.name ?? 'Error', message: e?.message ?? String(err) })
-  span.setStatus({ code: SpanStatusCode.ERROR, message: message ?? e?.message })
+  const text = e?.message === undefined ? undefined : redactUrls(String(e.message))
+  span.recordException({ name: e?.code ?? e?.name ?? 'Error', message: text ?? redactUrls(String(err)) })
+  span.setStatus({ code: SpanStatusCode.ERROR, message: message === undefined ? text : redactUrls(message) })
 }
 
 /** A failure that is an outcome, not an exception (a node failed with a code, a 500 answered). */
 export function markError(span: Span, message: string) {
-  span.setStatus({ code: SpanStatusCode.ERROR, message })
+  span.setStatus({ code: SpanStatusCode.ERROR, message: redactUrls(message) })
 }
 
 /** W3C trace context as stored beside a row (runs, documents, events, deliveries): a JSON object. */

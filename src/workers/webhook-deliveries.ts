@@ -10,6 +10,7 @@ import * as store from '../store/deliveries'
 import { clearFailureStreaks, recordFailures } from '../store/webhooks'
 import type { TimerHandler, Timers } from './timers'
 import { sendDelivery, type SendResult } from './webhook-sender'
+import { redactUrls } from '../lib/redact-url'
 import { contextFrom, contextWith, failSpan, markError, runIn, SpanKind, startSpan, tracingOn, type TraceCarrier } from '../lib/tracing'
 
 export const DELIVERY_TIMER = 'delivery'
@@ -125,6 +126,7 @@ export class DeliveryWorker implements TimerHandler {
             continue
           }
           next.update.attempt = record(row.attempts_count, now, 'abandoned: no result within the lease (the worker stopped mid-attempt)')
+          this.failedAttempt(row, next.update.attempt, next.step.state === 'failed' ? 'failed' : 'retryable')
           updates.push(next.update)
           timers.push({ id: row.id, at: next.update.next_attempt_at })
           if (next.step.state === 'failed') failed.push(row.webhook_id)
@@ -138,6 +140,7 @@ export class DeliveryWorker implements TimerHandler {
         if (!row.enabled && !started.step.persisted.context.manual) {
           const stopped = advanceDelivery({ ...row, ...started.update }, { type: 'attempt.failed', retryable: false }, now)!
           stopped.update.attempt = record(started.update.attempts_count, now, 'not sent: the webhook is disabled')
+          this.failedAttempt(row, stopped.update.attempt, 'failed')
           updates.push(stopped.update)
           timers.push({ id: row.id, at: null })
           continue
@@ -220,9 +223,11 @@ export class DeliveryWorker implements TimerHandler {
         policy: urlPolicy(this.d.config),
       })
     } catch (err) {
-      result = { ok: false, retryable: true, record: { at: new Date().toISOString(), status_code: null, duration_ms: 0, error: `internal: ${(err as Error).message}`, response_excerpt: null } }
+      result = { ok: false, retryable: true, record: { at: new Date().toISOString(), status_code: null, duration_ms: 0, error: redactUrls(`internal: ${(err as Error).message}`), response_excerpt: null } }
     }
-    this.attempts.inc({ outcome: result.ok ? 'succeeded' : result.retryable ? 'retryable' : 'failed' })
+    const outcome = result.ok ? 'succeeded' : result.retryable ? 'retryable' : 'failed'
+    this.attempts.inc({ outcome })
+    if (!result.ok) this.failedAttempt({ id: job.id, webhook_id: job.webhookId, event_type: job.event }, { attempt: job.attempt, ...result.record }, result.retryable ? 'retryable' : 'failed')
     this.duration.observe(result.record.duration_ms / 1000)
     this.results.push({ job, result })
     this.inFlight--
@@ -230,6 +235,22 @@ export class DeliveryWorker implements TimerHandler {
     if (this.results.length >= 100) this.flush()
     else this.flushTimer ??= setTimeout(() => this.flush(), 2)
     return result
+  }
+
+  /**
+   * One line per failed attempt, what an operator greps for: which delivery, and why (the URL's path
+   * and query are never in the reason: src/workers/webhook-sender.ts).
+   */
+  private failedAttempt(row: { id: string; webhook_id: string; event_type: string }, attempt: store.AttemptRecord, outcome: 'retryable' | 'failed') {
+    this.d.log.warn({
+      delivery_id: row.id,
+      webhook_id: row.webhook_id,
+      event: row.event_type,
+      attempt: attempt.attempt,
+      status: attempt.status_code,
+      reason: attempt.error,
+      outcome,
+    }, 'webhook delivery attempt failed')
   }
 
   private flush() {

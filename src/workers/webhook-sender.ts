@@ -1,4 +1,5 @@
 import { checkUrlShape, resolveAllowed, UnsafeUrlError, type UrlPolicy } from '../lib/net-guard'
+import { scrubUrl } from '../lib/redact-url'
 import { serviceSignature, standardSignature } from '../lib/signing'
 import type { AttemptRecord } from '../store/deliveries'
 import { injectTraceRecord, tracingOn } from '../lib/tracing'
@@ -75,7 +76,7 @@ export async function sendDelivery(input: SendInput): Promise<SendResult> {
     target.hostname = pinned.family === 6 ? `[${pinned.address}]` : pinned.address
   } catch (err) {
     if (!(err instanceof UnsafeUrlError)) throw err
-    return done({ ok: false, retryable: err.transient, error: `refused: ${err.message}` })
+    return done({ ok: false, retryable: err.transient, error: scrubUrl(`refused: ${err.message}`, input.url) })
   }
   const { body, headers } = buildRequest(input)
   headers.host = new URL(input.url).host
@@ -92,14 +93,14 @@ export async function sendDelivery(input: SendInput): Promise<SendResult> {
       tls: { serverName: host.startsWith('[') ? undefined : host },
     } as RequestInit)
   } catch (err) {
-    return done({ ok: false, retryable: true, error: describeError(err, input.timeoutMs) })
+    return done({ ok: false, retryable: true, error: scrubUrl(describeError(err, input.timeoutMs), input.url) })
   }
   let excerpt: string | undefined
   try {
     excerpt = await readExcerpt(res)
   } catch (err) {
     excerpt = undefined
-    if (!(res.status >= 200 && res.status < 300)) return done({ ok: false, retryable: true, status: res.status, error: describeError(err, input.timeoutMs) })
+    if (!(res.status >= 200 && res.status < 300)) return done({ ok: false, retryable: true, status: res.status, error: scrubUrl(describeError(err, input.timeoutMs), input.url) })
   }
   const status = res.status
   if (status >= 200 && status < 300) return done({ ok: true, retryable: false, status, excerpt })

@@ -5,6 +5,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js'
 import ipaddr from 'ipaddr.js'
 import { sha256Hex } from '../../lib/crypto'
 import { checkUrlShape, isPublicAddress, resolveAllowed, UnsafeUrlError, type PinnedAddress, type UrlPolicy } from '../../lib/net-guard'
+import { scrubUrl, shownUrl } from '../../lib/redact-url'
 import { injectTrace } from '../../lib/tracing'
 
 /**
@@ -132,11 +133,8 @@ const pool = new Map<string, Entry>()
 const keyOf = (s: McpServerSpec) =>
   sha256Hex(JSON.stringify([s.url, Object.entries(s.sealedHeaders).sort(), s.policy.allowHttp, s.policy.allowPrivate]))
 
-/** The URL for messages and logs: no query (it may carry a token). */
-export function redactUrl(raw: string): string {
-  const q = raw.search(/[?#]/)
-  return (q >= 0 ? raw.slice(0, q) : raw).slice(0, 200)
-}
+/** The URL for messages and logs: scheme, host and port (its path or query may carry a token). */
+export const redactUrl = shownUrl
 
 /** The server's tools (from the cache when fresh). Fails with McpFailure when it cannot be listed. */
 export async function listMcpTools(spec: McpServerSpec, callTimeoutMs: number): Promise<McpToolInfo[]> {
@@ -177,10 +175,10 @@ export async function callMcpTool(
         continue
       }
       if (isMcpError(err) && err.code === sdk!.RequestTimeout) return failure('mcp_timeout', `${where} gave no answer within ${opts.timeoutMs} ms`)
-      if (isMcpError(err)) return failure('mcp_error', scrub(`${where} failed: ${err.message}`, conn.secrets))
+      if (isMcpError(err)) return failure('mcp_error', scrub(`${where} failed: ${scrubUrl(err.message, spec.url)}`, conn.secrets))
       // The connection itself failed (reset, refused, an HTTP error): the next call opens a new one.
       evict(spec, conn)
-      return failure(isHttpError(err) ? 'mcp_error' : 'mcp_unavailable', scrub(`${where} failed: ${describe(err)}`, conn.secrets))
+      return failure(isHttpError(err) ? 'mcp_error' : 'mcp_unavailable', scrub(`${where} failed: ${scrubUrl(describe(err), spec.url)}`, conn.secrets))
     } finally {
       release(conn)
     }
@@ -292,7 +290,7 @@ async function connect(spec: McpServerSpec, listTimeoutMs: number, callTimeoutMs
     void shut(conn)
     const timedOut = (isMcpError(err) && err.code === sdk!.RequestTimeout) || (err as Error)?.name === 'TimeoutError'
     if (timedOut) throw new McpFailure('mcp_timeout', `listing the tools of ${shown} took more than ${listTimeoutMs} ms`)
-    throw new McpFailure(isMcpError(err) || isHttpError(err) ? 'mcp_error' : 'mcp_unavailable', scrub(`listing the tools of ${shown} failed: ${describe(err)}`, secrets))
+    throw new McpFailure(isMcpError(err) || isHttpError(err) ? 'mcp_error' : 'mcp_unavailable', scrub(`listing the tools of ${shown} failed: ${scrubUrl(describe(err), spec.url)}`, secrets))
   }
 }
 

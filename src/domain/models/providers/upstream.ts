@@ -2,6 +2,7 @@ import { createParser, type EventSourceMessage } from 'eventsource-parser'
 import type { ResolvedProvider } from '../catalog'
 import { failoverFor, ProviderError } from '../types'
 import { injectTraceRecord, tracingOn } from '../../../lib/tracing'
+import { scrubUrl } from '../../../lib/redact-url'
 
 /**
  * The HTTP plumbing both remote adapters share: one POST under a deadline, the status → ProviderError
@@ -11,7 +12,8 @@ import { injectTraceRecord, tracingOn } from '../../../lib/tracing'
  * - the deadline fired: ProviderError(…, null, 'timeout');
  * - fetch threw otherwise (refused, reset, DNS): ProviderError(…, null, 'network_error');
  * - an HTTP status ≥ 400: ProviderError(upstream message, status, failoverFor(status), retry-after).
- * The API key is scrubbed from every message: some upstreams echo what they were sent.
+ * The API key is scrubbed from every message: some upstreams echo what they were sent; so is the
+ * base URL's path and query (src/lib/redact-url.ts).
  */
 
 export const DEFAULT_TIMEOUT_MS = 60_000
@@ -62,7 +64,7 @@ function classify(err: unknown, p: ResolvedProvider, caller: AbortSignal, deadli
   const ms = p.timeout_ms ?? DEFAULT_TIMEOUT_MS
   if (deadline.fired) return new ProviderError(`${p.id}: ${what} timed out after ${ms} ms`, null, 'timeout')
   const code = (err as { code?: string } | null)?.code
-  const detail = scrub(code ?? (err as Error)?.message ?? String(err), p.key)
+  const detail = scrubUrl(scrub(code ?? (err as Error)?.message ?? String(err), p.key), p.base_url ?? '')
   return new ProviderError(`${p.id}: ${what} failed: ${detail}`, null, 'network_error')
 }
 
@@ -97,7 +99,8 @@ function upstreamMessage(text: string): string {
 
 async function errorFor(res: Response, p: ResolvedProvider): Promise<ProviderError> {
   const text = await res.text().catch(() => '')
-  let message = scrub(upstreamMessage(text), p.key)
+  // The base URL's path is the operator's, and may hold a token (a proxy's): an echo of it is cut out.
+  let message = scrubUrl(scrub(upstreamMessage(text), p.key), p.base_url ?? '')
   if (message.length > MAX_MESSAGE) message = `${message.slice(0, MAX_MESSAGE)}…`
   return new ProviderError(`${p.id}: upstream answered ${res.status}: ${message}`, res.status, failoverFor(res.status), retryAfterMs(res.headers))
 }

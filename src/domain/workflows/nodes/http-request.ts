@@ -1,4 +1,5 @@
 import { checkUrlShape, resolveAllowed, UnsafeUrlError, type UrlPolicy } from '../../../lib/net-guard'
+import { scrubUrl, shownUrl } from '../../../lib/redact-url'
 import { renderDeep, renderText } from '../templates'
 import { NodeError, type Executor, type Variables } from '../types'
 import { abortedError, invalidConfig } from './common'
@@ -53,7 +54,7 @@ export const httpRequest: Executor = async (node, ctx) => {
 
 export interface HttpCall {
   method: string
-  /** The URL as written (messages name it without its query). */
+  /** The URL as written (messages name only its scheme, host and port: src/lib/redact-url.ts). */
   raw: string
   headers: Headers
   body?: string
@@ -74,10 +75,10 @@ export async function sendHttp(call: HttpCall): Promise<{ status: number; header
   const signal = AbortSignal.any([call.signal, timeout])
   const failed = (err: unknown): NodeError => {
     if (call.signal.aborted) return abortedError()
-    if (timeout.aborted) return new NodeError('http_timeout', `${method} ${redact(raw)} got no complete answer within ${timeoutMs} ms`)
+    if (timeout.aborted) return new NodeError('http_timeout', `${method} ${shownUrl(raw)} got no complete answer within ${timeoutMs} ms`)
     if (err instanceof NodeError) return err
     const e = err as Error & { code?: string }
-    return new NodeError('http_error', `${method} ${redact(raw)} failed: ${e?.code ?? e?.name ?? 'error'}${e?.message ? ` (${e.message})` : ''}`.slice(0, 500))
+    return new NodeError('http_error', scrubUrl(`${method} ${shownUrl(raw)} failed: ${e?.code ?? e?.name ?? 'error'}${e?.message ? ` (${e.message})` : ''}`, raw).slice(0, 500))
   }
 
   let target: URL
@@ -91,8 +92,8 @@ export async function sendHttp(call: HttpCall): Promise<{ status: number; header
     if (signal.aborted) throw failed(err)
     if (!(err instanceof UnsafeUrlError)) throw err
     // A name that does not resolve is not a refusal: it may resolve on another attempt.
-    if (err.transient) throw new NodeError('http_error', `url ${redact(raw)}: ${err.message}`)
-    throw new NodeError('ssrf_refused', `url ${redact(raw)} ${err.message}`)
+    if (err.transient) throw new NodeError('http_error', `url ${shownUrl(raw)}: ${err.message}`)
+    throw new NodeError('ssrf_refused', `url ${shownUrl(raw)} ${err.message}`)
   }
   headers.set('host', url.host)
   if (tracingOn) return withSpan(`HTTP ${method}`, () => ({ 'http.request.method': method, 'server.address': url.hostname }), async (span) => {
@@ -170,10 +171,4 @@ function parseBody(text: string, contentType: string | null): unknown {
   } catch {
     return text
   }
-}
-
-/** A URL for messages, without its query (which may carry a token). */
-function redact(raw: string): string {
-  const q = raw.search(/[?#]/)
-  return (q >= 0 ? raw.slice(0, q) : raw).slice(0, 200)
 }
