@@ -262,7 +262,10 @@ describe('tool calling', () => {
     const final = await runner.finalChatCompletion()
     const streamed = final.choices[0]!.message.tool_calls![0]!
     expect(final.choices[0]!.finish_reason).toBe('tool_calls')
-    expect(streamed).toMatchObject({ id: call.id, type: 'function', function: { name: 'get_weather', arguments: call.function.arguments } })
+    expect(streamed).toMatchObject({ type: 'function', function: { name: 'get_weather', arguments: call.function.arguments } })
+    // A call of its own, with an id of its own.
+    expect(streamed.id).toMatch(/^call_[0-9a-f]{24}$/)
+    expect(streamed.id).not.toBe(call.id)
   }
 
   test('tool_choice auto: tool_calls, then the final answer from the tool result', async () => {
@@ -272,6 +275,31 @@ describe('tool calling', () => {
   // No tool_choice means auto, as the SDK assumes.
   test('no tool_choice (OpenAI\'s default, auto): tool_calls, then the final answer', async () => {
     await roundTrip({})
+  })
+
+  test('every call has its own id; arguments come from the message, optional properties included', async () => {
+    const NOTE: OpenAI.Chat.ChatCompletionTool = {
+      type: 'function',
+      function: { name: 'add_note', description: 'Keeps a note', parameters: { type: 'object', properties: { text: { type: 'string' } } } },
+    }
+    const ORDERS: OpenAI.Chat.ChatCompletionTool = {
+      type: 'function',
+      function: { name: 'list_orders', parameters: { type: 'object', properties: { status: { type: 'string', enum: ['open', 'shipped'] }, limit: { type: 'integer' } } } },
+    }
+    const ids: string[] = []
+    for (const content of ['add_note buy milk', 'add_note buy milk', 'add_note call the bank']) {
+      const answer = await client.chat.completions.create({ model: 'local-chat', messages: [{ role: 'user', content }], tools: [NOTE] })
+      const call = answer.choices[0]!.message.tool_calls![0]!
+      if (call.type !== 'function') throw new Error('not a function call')
+      ids.push(call.id)
+      expect(JSON.parse(call.function.arguments)).toEqual({ text: content.slice('add_note '.length) })
+    }
+    expect(new Set(ids).size).toBe(3)
+    const listed = await client.chat.completions.create({ model: 'local-chat', messages: [{ role: 'user', content: 'list_orders: the 5 latest shipped ones' }], tools: [NOTE, ORDERS] })
+    const call = listed.choices[0]!.message.tool_calls![0]!
+    if (call.type !== 'function') throw new Error('not a function call')
+    expect(call.function.name).toBe('list_orders')
+    expect(JSON.parse(call.function.arguments)).toEqual({ status: 'shipped', limit: 5 })
   })
 })
 

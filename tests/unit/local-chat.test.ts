@@ -22,6 +22,14 @@ const weather: ToolDefinition = {
     },
   },
 }
+const notes: ToolDefinition = { type: 'function', function: { name: 'add_note', parameters: { type: 'object', properties: { text: { type: 'string' } } } } }
+const listing: ToolDefinition = {
+  type: 'function',
+  function: {
+    name: 'list_orders',
+    parameters: { type: 'object', properties: { status: { type: 'string', enum: ['open', 'shipped'] }, limit: { type: 'integer' }, newest_first: { type: 'boolean' }, tags: { type: 'array' } } },
+  },
+}
 const search: ToolDefinition = { type: 'function', function: { name: 'search_docs', parameters: { type: 'object', properties: { query: { type: 'string' } }, required: ['query'] } } }
 
 async function collect(stream: AsyncIterable<ChatChunk>): Promise<ChatChunk[]> {
@@ -166,6 +174,26 @@ describe('local-chat tools', () => {
     expect(JSON.parse(w.choices[0]!.message.tool_calls![0]!.function.arguments)).toEqual({ city: 'New York', days: 0, unit: 'celsius' })
   })
 
+  test('every call has an id of its own, however alike the requests', () => {
+    const req: ChatRequest = { model: 'local-chat', tools: [notes], messages: [{ role: 'user', content: 'add_note' }] }
+    const ids = Array.from({ length: 50 }, () => localChat(req).choices[0]!.message.tool_calls![0]!.id)
+    for (const id of ids) expect(id).toMatch(/^call_[0-9a-f]{24}$/)
+    expect(new Set(ids).size).toBe(50)
+  })
+
+  test('optional properties: taken from the message when it gives them, left out when it does not', () => {
+    const args = (tool: ToolDefinition, content: string) => JSON.parse(localChat({ model: 'local-chat', tools: [tool], messages: [{ role: 'user', content }] }).choices[0]!.message.tool_calls![0]!.function.arguments)
+    // A lone string property, required or not, gets the message's text.
+    expect(args(notes, 'add_note buy milk and eggs')).toEqual({ text: 'buy milk and eggs' })
+    expect(args(notes, 'Please add_note: "call the bank"')).toEqual({ text: 'call the bank' })
+    // The others only when the message says them.
+    expect(args(weather, 'get_weather for Oslo, 5 days in celsius, detailed: yes')).toEqual({ city: 'Oslo', days: 5, unit: 'celsius', detailed: true })
+    expect(args(listing, 'list_orders')).toEqual({})
+    expect(args(listing, 'list_orders, 20 of them, open ones, newest first: no')).toEqual({ limit: 20, status: 'open', newest_first: false })
+    // No properties: no arguments.
+    expect(args({ type: 'function', function: { name: 'ping', parameters: { type: 'object', properties: {} } } }, 'ping it')).toEqual({})
+  })
+
   test('no call when no tool is named, or tool_choice is none; a forced or required choice calls', () => {
     const plain = localChat({ model: 'local-chat', tools: [weather], messages: [{ role: 'user', content: 'what is the weather like?' }] })
     expect(plain.choices[0]!.finish_reason).toBe('stop')
@@ -201,7 +229,10 @@ describe('local-chat tools', () => {
     const req: ChatRequest = { model: 'local-chat', tools: [weather], messages: [{ role: 'user', content: 'get_weather for Paris, 2 days' }] }
     const sync = localChat(req).choices[0]!.message.tool_calls![0]!
     const chunks = await collect(localChatStream(req, never))
-    expect(chunks[0]!.choices[0]!.delta).toEqual({ role: 'assistant', content: null, tool_calls: [{ index: 0, id: sync.id, type: 'function', function: { name: 'get_weather', arguments: '' } }] })
+    const first = chunks[0]!.choices[0]!.delta
+    expect(first).toEqual({ role: 'assistant', content: null, tool_calls: [{ index: 0, id: expect.stringMatching(/^call_[0-9a-f]{24}$/), type: 'function', function: { name: 'get_weather', arguments: '' } }] })
+    // Every call its own id, as a real model's: the same request answered twice is two calls.
+    expect(first.tool_calls![0]!.id).not.toBe(sync.id)
     const args = chunks.slice(1, -1).map((c) => c.choices[0]!.delta.tool_calls![0]!.function!.arguments).join('')
     expect(args).toBe(sync.function.arguments)
     expect(chunks.at(-1)!.choices[0]!.finish_reason).toBe('tool_calls')

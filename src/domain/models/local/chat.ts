@@ -1,7 +1,6 @@
 import { o200k } from '../../../lib/bpe'
 import { boundedParts, countChatTokens, countTokens } from '../../../lib/tokens'
 import type { ChatChunk, ChatCompletion, ChatMessage, ChatRequest, FinishReason, ToolDefinition, Usage } from '../types'
-import { hashRange } from './embed'
 import { bm25, contentTerms, terms } from './rerank'
 
 /**
@@ -101,11 +100,9 @@ function answerTo(req: ChatRequest): Answer {
   const tool = req.tools?.length ? chooseTool(req.tools, req.tool_choice, question) : null
   if (tool) {
     const args = JSON.stringify(toolArguments(tool.definition, question, tool.at))
-    // A deterministic call id (from the call and its place in the conversation): a replayed conversation
-    // gets the same id, which is what lets a test feed the tool result back without reading it first.
-    const seed = `${tool.definition.function.name}\u0000${args}\u0000${messages.length}`
-    const h = hashRange(seed, 0, seed.length)
-    return { kind: 'tool', name: tool.definition.function.name, args, id: `call_${hex(h)}${hex(h ^ 0x5bd1e995)}${hex(Math.imul(h, 0x9e3779b1))}` }
+    // A fresh id per call, as a real model's: a client (an agent, an SDK's tool runner) keys results by
+    // it, and one id shared by every call of the same shape mixed up their results.
+    return { kind: 'tool', name: tool.definition.function.name, args, id: callId() }
   }
   const context = messages.filter((m, i) => i !== userAt && m.content).flatMap((m) => sentences(m.content!))
   if (context.length === 0) {
@@ -167,19 +164,24 @@ interface PropertySchema {
 }
 
 /**
- * Arguments for the schema's required properties only (the rest are optional by definition), taken
- * from the user message:
- *   - enum: the first value named in the message, else the first value;
- *   - string: the next "quoted" (or “quoted”) text, else the text after the function's name without
- *     a leading preposition, up to the first punctuation ("get_weather for Paris, 3 days" → "Paris"),
- *     else the whole message;
- *   - number / integer: the first number in the message outside the function's name (0 if none);
- *   - boolean: false when the message says "false" or "no", else true;
- *   - array, object: empty.
+ * Arguments taken from the user message, for every required property of the schema and for each
+ * optional one the message gives a value for:
+ *   - enum: the first value named in the message; a required one with none named takes the first value;
+ *   - string: the next "quoted" (or “quoted”) text, else the text after the function's name without a
+ *     leading preposition, up to the first punctuation ("get_weather for Paris, 3 days" → "Paris"),
+ *     else the whole message. An optional string takes a quote, or that text when it is the schema's
+ *     only string property;
+ *   - number / integer: the first number in the message outside the function's name (0 for a
+ *     required one when there is none);
+ *   - boolean: false when the message says "false" or "no", else true (an optional one only when the
+ *     message says "true", "false", "yes" or "no");
+ *   - array, object: empty when required, else left out.
+ * A schema with no properties gets `{}`: the function takes no arguments.
  */
 export function toolArguments(tool: ToolDefinition, message: string, nameIndex: number): Record<string, unknown> {
   const schema = (tool.function.parameters ?? {}) as { properties?: Record<string, PropertySchema>; required?: unknown }
-  const required = Array.isArray(schema.required) ? schema.required.filter((r): r is string => typeof r === 'string') : []
+  const properties = schema.properties && typeof schema.properties === 'object' ? schema.properties : {}
+  const required = new Set(Array.isArray(schema.required) ? schema.required.filter((r): r is string => typeof r === 'string') : [])
   const name = tool.function.name
   const quotes = [...message.matchAll(/"([^"]*)"|“([^”]*)”/g)].map((m) => m[1] ?? m[2] ?? '')
   const rest = nameIndex >= 0 ? message.slice(nameIndex + name.length) : message
@@ -188,21 +190,31 @@ export function toolArguments(tool: ToolDefinition, message: string, nameIndex: 
     .split(/[,.;!?()\n]/)[0]!
     .trim()
   const withoutName = nameIndex >= 0 ? message.slice(0, nameIndex) + ' ' + rest : message
-  const number = Number(withoutName.match(/-?\d+(?:\.\d+)?/)?.[0] ?? 0)
+  const numberText = withoutName.match(/-?\d+(?:\.\d+)?/)?.[0]
+  const number = Number(numberText ?? 0)
+  const saysBoolean = /\b(?:true|false|yes|no)\b/i.test(withoutName)
+  const typeOf = (property: PropertySchema) => (Array.isArray(property.type) ? property.type : [property.type ?? 'string']).find((t) => t !== 'null') ?? 'string'
+  const strings = Object.entries(properties).filter(([, p]) => !Array.isArray(p?.enum) && typeOf(p ?? {}) === 'string').length
   const args: Record<string, unknown> = {}
   let nextQuote = 0
-  for (const key of required) {
-    const property = schema.properties?.[key] ?? {}
-    const types = Array.isArray(property.type) ? property.type : [property.type ?? 'string']
-    const type = types.find((t) => t !== 'null') ?? 'string'
+  // Required properties first (in the order `required` lists them), then the others in schema order.
+  const keys = [...required, ...Object.keys(properties).filter((k) => !required.has(k))]
+  for (const key of keys) {
+    const property = properties[key] ?? {}
+    const must = required.has(key)
+    const type = typeOf(property)
     if (Array.isArray(property.enum) && property.enum.length > 0) {
-      args[key] = property.enum.find((v) => typeof v === 'string' && nameAt(message, v) >= 0) ?? property.enum[0]
-    } else if (type === 'number') args[key] = number
-    else if (type === 'integer') args[key] = Math.trunc(number)
-    else if (type === 'boolean') args[key] = !/\b(?:false|no)\b/i.test(withoutName)
-    else if (type === 'array') args[key] = []
-    else if (type === 'object') args[key] = {}
-    else args[key] = nextQuote < quotes.length ? quotes[nextQuote++] : after || message.trim()
+      const named = property.enum.find((v) => typeof v === 'string' && nameAt(message, v) >= 0)
+      if (named !== undefined || must) args[key] = named ?? property.enum[0]
+    } else if (type === 'number' || type === 'integer') {
+      if (numberText !== undefined || must) args[key] = type === 'integer' ? Math.trunc(number) : number
+    } else if (type === 'boolean') {
+      if (saysBoolean || must) args[key] = !/\b(?:false|no)\b/i.test(withoutName)
+    } else if (type === 'array' || type === 'object') {
+      if (must) args[key] = type === 'array' ? [] : {}
+    } else if (nextQuote < quotes.length) args[key] = quotes[nextQuote++]
+    else if (must) args[key] = after || message.trim()
+    else if (strings === 1 && (after || message.trim())) args[key] = after || message.trim()
   }
   return args
 }
@@ -262,6 +274,7 @@ function tokenPieces(text: string): { text: string; tokens: number }[] {
   return out
 }
 
-const hex = (n: number) => (n >>> 0).toString(16).padStart(8, '0')
+/** `call_` and 24 random hex digits (96 bits), the shape of OpenAI's ids. */
+const callId = () => `call_${Buffer.from(crypto.getRandomValues(new Uint8Array(12))).toString('hex')}`
 const nowSeconds = () => Math.floor(Date.now() / 1000)
 const completionId = () => `chatcmpl-${crypto.randomUUID().replace(/-/g, '').slice(0, 24)}`
