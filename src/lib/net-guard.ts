@@ -53,6 +53,9 @@ export function isPublicAddress(address: string): boolean {
   const v6 = ip as ipaddr.IPv6
   const translated = translatedIPv4(v6)
   if (translated) return translated.range() === 'unicast'
+  // NAT64's local-use prefix 64:ff9b:1::/48 (RFC 8215): where the IPv4 address sits depends on a
+  // prefix length only the network knows, and it leads into that network's own translator.
+  if (v6.parts[0] === 0x64 && v6.parts[1] === 0xff9b && v6.parts[2] === 1) return false
   if (!carriedIPv4(v6).every((v4) => v4.range() === 'unicast')) return false
   return v6.range() === 'unicast'
 }
@@ -81,8 +84,6 @@ function carriedIPv4(ip: ipaddr.IPv6): ipaddr.IPv4[] {
   if (s[0] === 0x2002) out.push(ipv4Of(s[1]!, s[2]!))
   // Teredo 2001:0::/32: the server's address, then the client's, inverted.
   if (s[0] === 0x2001 && s[1] === 0) out.push(ipv4Of(s[2]!, s[3]!), ipv4Of(~s[6]! & 0xffff, ~s[7]! & 0xffff))
-  // NAT64 local-use 64:ff9b:1::/48 (RFC 8215): where the IPv4 address sits depends on the prefix length.
-  if (s[0] === 0x64 && s[1] === 0xff9b && s[2] === 1) out.push(new ipaddr.IPv4([0, 0, 0, 0]))
   // ISATAP: an interface identifier 0000:5efe:a.b.c.d (0200:5efe, and the group-bit variants, too).
   if ((s[4]! & 0xfcff) === 0 && s[5] === 0x5efe) out.push(ipv4Of(s[6]!, s[7]!))
   return out
