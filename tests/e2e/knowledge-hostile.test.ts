@@ -119,8 +119,12 @@ describe('embedded: SIGKILL while a hostile document is read', () => {
  * chunker and local-embed, deaf to its closed channel); the service is SIGKILLed mid-document. The
  * process' watchdog thread sees its parent gone (its ppid changes) and ends it within a poll
  * (WATCHDOG_POLL_MS, 100 ms); the target is 1 s, asserted here with room for a busy machine (5 s),
- * the time it took printed. Measured: 0.1-0.2 s (2 cores at load ~20). Before, it read the document
- * to its end first: 3-50 s after the kill, depending on the load.
+ * the time it took printed. Measured (2 cores at load ~30): 1 ms and 17 ms. This test alone does
+ * not tell the watchdog from the closed IPC channel: without the watchdog it measured 2 ms and
+ * 135 ms too, the reading being between asynchronous steps when the kill came (a 15 MiB Word
+ * document: 2 ms). What only the watchdog covers, a main thread busy in synchronous work (a child
+ * spinning 8 s outlived its SIGKILLed parent by 7.6 s; its own limits while the service cannot act),
+ * is tested in tests/unit/document-sandbox.test.ts ("holds its time limit itself").
  */
 describe('embedded: SIGKILL in the middle of a long document', () => {
   let tmp: string
@@ -147,11 +151,13 @@ describe('embedded: SIGKILL in the middle of a long document', () => {
     const up = await fetch(`${sp.url}/v1/knowledge-bases/${kb.body.data.id}/documents`, { method: 'POST', headers: { authorization: `Bearer ${rootKey}` }, body: form })
     expect(up.status).toBe(201)
 
-    // Mid-document: the process holds the 40 MB and what it made of them (~130 MB at rest).
+    // Mid-document, in its synchronous part: past the 40 MB received (~100 MB at rest, ~200 MB once
+    // they are in), the process holds the text made of them and its chunks. Receiving is asynchronous:
+    // a kill then was already noticed at once (the closed channel), before the watchdog.
     const reader = await waitFor(
       () => {
         const kids = childrenOf(sp.proc.pid)
-        return kids.length === 1 && residentBytes(kids[0]!) > 200 * 1024 * 1024 ? kids[0]! : null
+        return kids.length === 1 && residentBytes(kids[0]!) > 300 * 1024 * 1024 ? kids[0]! : null
       },
       { timeoutMs: 120_000, intervalMs: 20, what: 'the document process to be reading the document' },
     )

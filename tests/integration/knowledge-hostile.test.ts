@@ -145,7 +145,7 @@ describe('poison documents', () => {
       // Each reading counts as it is handed to the document process; each time, the process is killed mid-document.
       for (let claim = 1; claim <= 3; claim++) {
         await waitFor(async () => (await rowOf(id)).processing_attempts === claim && worker.sandbox.pid !== null, {
-          timeoutMs: 30_000,
+          timeoutMs: 90_000,
           intervalMs: 10,
           what: `claim ${claim} to start reading`,
         })
@@ -163,5 +163,5 @@ describe('poison documents', () => {
       // Failed is final: no claim takes it again (the claim query reads only parsing, chunking, embedding).
       expect(await h.deps.db.sql`select 1 from documents where id = ${id} and status in ('parsing', 'chunking', 'embedding')`).toHaveLength(0)
     })
-  }, 120_000)
+  }, 360_000)
 })
