@@ -28,7 +28,7 @@ describe('DocumentSandbox', () => {
     } finally {
       await sandbox.close()
     }
-  }, 20_000)
+  }, 60_000)
 
   test('one process reads documents in turn: the second is not handed over while the first waits for its bytes', async () => {
     const sandbox = new DocumentSandbox(DEFAULT_SANDBOX_LIMITS, 1)
@@ -48,7 +48,7 @@ describe('DocumentSandbox', () => {
     } finally {
       await sandbox.close()
     }
-  }, 20_000)
+  }, 60_000)
 
   test('with embed, every chunk carries its local-embed vector as pgvector text or as float4 values; without, none', async () => {
     const sandbox = new DocumentSandbox(DEFAULT_SANDBOX_LIMITS, 1)
@@ -72,7 +72,7 @@ describe('DocumentSandbox', () => {
     } finally {
       await sandbox.close()
     }
-  }, 20_000)
+  }, 60_000)
 
   test('the document process holds its time limit itself: with this side unable to (its loop held), it ends at the limit, and the document fails processing_timeout', async () => {
     const sandbox = new DocumentSandbox({ ...DEFAULT_SANDBOX_LIMITS, timeoutMs: 1_000 }, 1)
