@@ -23,6 +23,8 @@ const IDLE_POLL_MS = 100
  */
 export class DocumentWorker extends LeaseWorker<store.DocumentRow> {
   readonly sandbox: DocumentSandbox
+  /** Documents whose reading has begun here and not ended (ingestDocument keeps it). */
+  private readonly reading = new Set<string>()
 
   /** `options` for tests: a shorter lease, other limits for the document processes, another number of them. */
   constructor(
@@ -37,8 +39,15 @@ export class DocumentWorker extends LeaseWorker<store.DocumentRow> {
     this.sandbox = new DocumentSandbox(options.limits, options.processes ?? deps.config.documentProcesses)
   }
 
+  /**
+   * The readings this stop cuts short are not the documents' doing: they are uncounted before the
+   * documents are given back. Taken before any await: the work was aborted just now, synchronously,
+   * and no reading has had a turn of the loop to end since.
+   */
   protected override async stopping() {
+    const cut = [...this.reading]
     await this.sandbox.close()
+    await store.uncountDocumentReadings(this.deps.db.sql, cut, this.owner).catch((err) => this.log.error({ err }, 'document worker: uncounting the readings cut short failed'))
   }
 
   /** With tracing on, a claim's ingestion is a span of the upload request's trace (`trace_context`), its stages its children. */
@@ -50,7 +59,7 @@ export class DocumentWorker extends LeaseWorker<store.DocumentRow> {
       workspace_id: doc.workspace_id,
       'document.type': doc.doc_type,
       'document.size_bytes': doc.size_bytes,
-      'document.attempt': doc.attempts,
+      'document.attempt': doc.attempts + 1,
     }), async (span) => {
       const done = await this.ingest(doc, ac)
       if (done) span.setAttribute('document.status', done.status)
@@ -60,7 +69,7 @@ export class DocumentWorker extends LeaseWorker<store.DocumentRow> {
 
   private async ingest(doc: store.DocumentRow, ac: AbortController) {
     const kb = await store.findKnowledgeBase(this.deps.db.sql, doc.knowledge_base_id)
-    return kb ? ingestDocument(this.deps, this.owner, doc, kb, this.sandbox, ac.signal) : null
+    return kb ? ingestDocument(this.deps, this.owner, doc, kb, this.sandbox, ac.signal, this.reading) : null
   }
 
   protected failed(doc: store.DocumentRow, err: unknown) {

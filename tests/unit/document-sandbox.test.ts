@@ -3,6 +3,8 @@ import { DEFAULT_CHUNKING } from '../../src/domain/knowledge/chunk'
 import { DEFAULT_SANDBOX_LIMITS, DocumentSandbox } from '../../src/domain/knowledge/sandbox'
 import { embedText } from '../../src/domain/models/local/embed'
 import { countTokens } from '../../src/lib/tokens'
+import { readFileSync } from 'node:fs'
+import { inflatingDocx } from '../helpers/hostile-documents'
 
 /**
  * The document processes (src/domain/knowledge/sandbox.ts): several read documents side by side,
@@ -26,7 +28,7 @@ describe('DocumentSandbox', () => {
     } finally {
       await sandbox.close()
     }
-  }, 20_000)
+  }, 60_000)
 
   test('one process reads documents in turn: the second is not handed over while the first waits for its bytes', async () => {
     const sandbox = new DocumentSandbox(DEFAULT_SANDBOX_LIMITS, 1)
@@ -46,7 +48,7 @@ describe('DocumentSandbox', () => {
     } finally {
       await sandbox.close()
     }
-  }, 20_000)
+  }, 60_000)
 
   test('with embed, every chunk carries its local-embed vector as pgvector text or as float4 values; without, none', async () => {
     const sandbox = new DocumentSandbox(DEFAULT_SANDBOX_LIMITS, 1)
@@ -70,5 +72,35 @@ describe('DocumentSandbox', () => {
     } finally {
       await sandbox.close()
     }
-  }, 20_000)
+  }, 60_000)
+
+  test('the document process holds its time limit itself: with this side unable to (its loop held), it ends at the limit, and the document fails processing_timeout', async () => {
+    const sandbox = new DocumentSandbox({ ...DEFAULT_SANDBOX_LIMITS, timeoutMs: 1_000 }, 1)
+    const alive = (pid: number) => {
+      try {
+        return !readFileSync(`/proc/${pid}/status`, 'utf8').includes('State:\tZ')
+      } catch {
+        return false
+      }
+    }
+    // ~40 KB that mammoth reads for seconds (15 MiB of Word XML): sent at once, read long after.
+    const docx = inflatingDocx(15 * 1024 * 1024)
+    try {
+      let goneWhileHeld = false
+      // Once the document is sent (a turn of this loop), the loop is held until the process is gone:
+      // no timer of this side fires, its limit is not enforced here.
+      const begin = async () => {
+        const pid = sandbox.pid!
+        setTimeout(() => {
+          const until = Date.now() + 30_000
+          while (Date.now() < until) if (!alive(pid)) return void (goneWhileHeld = true)
+        }, 50)
+      }
+      const err = await sandbox.process('docx', async () => docx, DEFAULT_CHUNKING, undefined, false, begin).catch((e: unknown) => e)
+      expect(goneWhileHeld).toBe(true)
+      expect(err).toMatchObject({ code: 'processing_timeout', message: 'parsing and chunking the document took longer than 1 s' })
+    } finally {
+      await sandbox.close()
+    }
+  }, 120_000)
 })

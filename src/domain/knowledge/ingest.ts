@@ -20,14 +20,21 @@ const EMBED_BATCH = 64
  * batch keeps the embedded database's one connection free for requests between statements.
  */
 const INSERT_BATCH = EMBED_BATCH
-/** Claims of one document before it fails: an upstream outage is retried, a document that kills its worker is not forever. */
+/**
+ * Ingestions of one document begun (its reading handed to a document process, or its original found
+ * unreadable for now) before it fails: an upstream outage is retried, a document that kills its
+ * worker is not forever. A claim lost before either (the service killed while the document waited
+ * behind others) does not count.
+ */
 export const MAX_ATTEMPTS = 5
 /**
- * Parsing runs started and never finished (the process died, was killed, or its document process
- * crashed) before the document fails as poison_document and is never claimed again. A document
- * process that hits its time or memory limit fails the document at once (processing_timeout,
- * processing_memory): this counts what no limit caught. 3: one death is bad luck (a deploy, the
- * OOM killer acting for another process), three in a row on the same document are the document.
+ * Readings begun (the document handed to its document process) and never finished (the process
+ * died, was killed, or its document process crashed) before the document fails as poison_document
+ * and is never claimed again. A document process that hits its time or memory limit fails the
+ * document at once (processing_timeout, processing_memory): this counts what no limit caught. 3: one
+ * death is bad luck (a deploy, the OOM killer acting for another process), three in a row on the
+ * same document are the document. A document that was claimed and waited for its turn when its
+ * service died was never read: it is not counted.
  */
 export const MAX_PROCESSING_ATTEMPTS = 3
 
@@ -48,7 +55,8 @@ class IngestFailure extends Error {
  * transition with a guarded statement (the row as last written, this worker's lease). A resumed
  * document repeats the work of its current state: parsing and chunking are deterministic (the chunk
  * settings are in the snapshot), and embedding writes only the positions not written yet, so a crash
- * never makes duplicate chunks.
+ * never makes duplicate chunks. `reading` holds the ids of the documents whose reading has begun and
+ * not ended (the worker uncounts those its clean stop cuts short).
  */
 export async function ingestDocument(
   deps: Deps,
@@ -57,6 +65,7 @@ export async function ingestDocument(
   kb: store.KnowledgeBaseRow,
   sandbox: DocumentSandbox,
   signal: AbortSignal,
+  reading: Set<string> = new Set(),
 ): Promise<store.DocumentRow> {
   let doc = claimed
   const advance = async (events: DocumentEvent[], extra: DocumentExtra = {}) => {
@@ -67,18 +76,18 @@ export async function ingestDocument(
   }
 
   try {
-    if (doc.processing_attempts > MAX_PROCESSING_ATTEMPTS) {
+    if (doc.processing_attempts >= MAX_PROCESSING_ATTEMPTS) {
       throw new IngestFailure(
         'poison_document',
-        `reading the document was started ${doc.processing_attempts - 1} times and never finished (its process died or stopped answering each time): it is not tried again`,
+        `reading the document was started ${doc.processing_attempts} times and never finished (its process died or stopped answering each time): it is not tried again`,
       )
     }
-    if (doc.attempts > MAX_ATTEMPTS) throw new IngestFailure('ingestion_failed', `ingestion was interrupted ${doc.attempts - 1} times (a worker died or the embedding model was unavailable)`)
+    if (doc.attempts >= MAX_ATTEMPTS) throw new IngestFailure('ingestion_failed', `ingestion was interrupted ${doc.attempts} times (a worker died or the embedding model was unavailable)`)
     const settings = doc.snapshot.context.chunking ?? kb.chunking
     // Parsing and chunking (and, for local-embed, embedding) are one step of the document process (sandbox.ts): one span.
     const embed = embedsInDocumentProcess(deps, kb) ? (deps.db.kind === 'postgres' ? 'float4' : 'text') : false
     const chunks = await withSpan('document.parse', () => ({ document_id: doc.id, 'document.type': doc.doc_type }), async (span) => {
-      const out = await parseAndChunk(deps, owner, doc, settings, sandbox, signal, embed)
+      const out = await parseAndChunk(deps, owner, doc, settings, sandbox, signal, embed, reading)
       span.setAttribute('document.chunks', out.length)
       return out
     })
@@ -113,11 +122,25 @@ function embedsInDocumentProcess(deps: Deps, kb: store.KnowledgeBaseRow): boolea
 /**
  * The document's chunks, parsed and chunked in the document process (sandbox.ts), off this event
  * loop, within its time, memory and chunk limits. A limit hit or a bad file fails the document; the
- * process crashing leaves it to be claimed again (counted in processing_attempts at the claim).
+ * process crashing leaves it to be claimed again. What counts, and when: a reading begun, and an
+ * attempt, as the document is handed to the process (processing_attempts goes back to 0 once the
+ * process has answered); an attempt when storage cannot give its original now. A claim that ends
+ * before either (the service killed while the document waited behind others, or for its process to
+ * start) counts nothing.
  */
-async function parseAndChunk(deps: Deps, owner: string, doc: store.DocumentRow, settings: ChunkSettings, sandbox: DocumentSandbox, signal: AbortSignal, embed: VectorForm | false): Promise<SandboxChunk[]> {
+async function parseAndChunk(
+  deps: Deps,
+  owner: string,
+  doc: store.DocumentRow,
+  settings: ChunkSettings,
+  sandbox: DocumentSandbox,
+  signal: AbortSignal,
+  embed: VectorForm | false,
+  reading: Set<string>,
+): Promise<SandboxChunk[]> {
+  const lost = () => new DocumentGone(`document ${doc.id} was deleted, restarted or taken over`)
   // A missing original fails the document; storage that cannot answer now (refused, timed out) is
-  // tried again after the lease, and its last claim fails it saying where; one that refuses (access
+  // tried again after the lease, and its last attempt fails it saying where; one that refuses (access
   // denied, no such bucket) fails it at once (docs/knowledge.md, "Statuses").
   const load = async () => {
     try {
@@ -125,22 +148,28 @@ async function parseAndChunk(deps: Deps, owner: string, doc: store.DocumentRow, 
     } catch (err) {
       if (err instanceof FileNotFound) throw new IngestFailure('original_missing', `the uploaded original is no longer in storage (${deps.files.describe})`)
       const message = `the uploaded original could not be read: ${err instanceof StorageUnavailable ? err.message : `${(err as Error).message} (${deps.files.describe})`}`
-      if (err instanceof StorageUnavailable && err.transient && doc.attempts < MAX_ATTEMPTS) {
-        // Parsing never started: this claim does not count towards poison_document.
-        await store.finishDocumentProcessing(deps.db.sql, doc.id, owner)
-        throw new RetryLater(message)
+      if (err instanceof StorageUnavailable && err.transient) {
+        const attempts = await store.countDocumentAttempt(deps.db.sql, doc.id, owner)
+        if (attempts === null) throw lost()
+        if (attempts < MAX_ATTEMPTS) throw new RetryLater(message)
       }
       throw new IngestFailure('storage_unavailable', message)
     }
   }
+  const begin = async () => {
+    if ((await store.countDocumentReading(deps.db.sql, doc.id, owner)) === null) throw lost()
+    reading.add(doc.id)
+  }
   let chunks: SandboxChunk[]
   try {
-    chunks = await sandbox.process(doc.doc_type as DocType, load, settings, signal, embed)
+    chunks = await sandbox.process(doc.doc_type as DocType, load, settings, signal, embed, begin)
   } catch (err) {
     if (err instanceof SandboxFailure) throw new IngestFailure(err.code, err.message)
     if (err instanceof SandboxAborted) throw new DocumentGone(err.message)
     if (err instanceof SandboxCrashed) throw new RetryLater(err.message)
     throw err
+  } finally {
+    reading.delete(doc.id)
   }
   await store.finishDocumentProcessing(deps.db.sql, doc.id, owner)
   return chunks

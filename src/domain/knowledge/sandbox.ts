@@ -13,7 +13,9 @@ import type { DocType } from './parse'
  * and an RSS is only measurable per process (/proc/<pid>/status).
  *
  * The child starts once (~0.3-1 s with its parsers loaded, ~130 MB RSS) and is kept for the next
- * documents; it is stopped after IDLE_MS without work, when a limit is hit, and by close().
+ * documents; it is stopped after IDLE_MS without work, when a limit is hit, and by close(). It does
+ * not outlive the service: its watchdog thread (sandbox-watchdog.ts) ends it within WATCHDOG_POLL_MS
+ * of the service's death, a SIGKILL included, and enforces the same limits from inside.
  */
 
 /** What one document may cost to parse and chunk; docs/knowledge.md "Limits" says the same. */
@@ -40,6 +42,17 @@ export const DEFAULT_SANDBOX_LIMITS: SandboxLimits = {
 }
 
 const RSS_POLL_MS = 25
+/**
+ * How often the document process' watchdog thread looks for its parent and at its limits
+ * (sandbox-watchdog.ts): an orphan is gone within this, far under the second it is allowed.
+ */
+export const WATCHDOG_POLL_MS = 100
+/**
+ * The signals the document process' watchdog ends it with at a limit (sandbox-watchdog.ts), so that
+ * the service tells a limit from a crash: both end a process without a core file, and nothing else
+ * here sends or handles them.
+ */
+export const LIMIT_SIGNALS = { timeout: 'SIGALRM', memory: 'SIGVTALRM' } as const satisfies Record<string, NodeJS.Signals>
 const IDLE_MS = 10_000
 /** Chunks per message from the child: each message is decoded on the service's loop. */
 export const CHUNKS_PER_MESSAGE = 500
@@ -71,6 +84,9 @@ export interface SandboxJob {
   bytes: Uint8Array
   settings: ChunkSettings
   maxChunks: number
+  /** The limits its watchdog holds it to (SandboxLimits), as the service does. */
+  timeoutMs: number
+  maxRssBytes: number
   /**
    * Embed each chunk with local-embed too, beside the chunker (its token count is the chunk's): its
    * vector as pgvector's text (`text`, for the insert statement) or as float4 values (`float4`, for
@@ -86,6 +102,9 @@ export type VectorForm = 'text' | 'float4'
 export interface SandboxChunk extends Chunk {
   vector?: string | Float32Array
 }
+
+/** To the watchdog thread: a document's limits when its reading starts, null when it ends. */
+export type WatchdogMessage = { timeoutMs: number; maxRssBytes: number } | null
 
 export type SandboxMessage = { ready: true } | { id: number; chunks: SandboxChunk[] } | { id: number; done: number } | { id: number; error: { code: string; message: string } }
 
@@ -125,13 +144,21 @@ export class DocumentSandbox {
   /**
    * The chunks of a document, parsed and chunked in a document process (with `embed`, each with its
    * local-embed vector); rejects with SandboxFailure, SandboxCrashed or SandboxAborted, or what
-   * `load` throws. `load` is called when the process is free for the document, so documents waiting
-   * their turn hold no bytes.
+   * `load` or `begin` throws. `load` is called when the process is free for the document, so
+   * documents waiting their turn hold no bytes; `begin` once the process is ready for it, right
+   * before it is handed over: its reading begins (a document waiting behind others has not begun).
    */
-  process(type: DocType, load: () => Promise<Uint8Array>, settings: ChunkSettings, signal?: AbortSignal, embed: VectorForm | false = false): Promise<SandboxChunk[]> {
+  process(
+    type: DocType,
+    load: () => Promise<Uint8Array>,
+    settings: ChunkSettings,
+    signal?: AbortSignal,
+    embed: VectorForm | false = false,
+    begin?: () => Promise<void>,
+  ): Promise<SandboxChunk[]> {
     let least = this.processes[0]!
     for (const p of this.processes) if (p.waiting < least.waiting) least = p
-    return least.process(type, load, settings, signal, embed)
+    return least.process(type, load, settings, signal, embed, begin)
   }
 
   /** The pid of a process reading a document (else of one started), while one runs (for measurements and tests). */
@@ -160,9 +187,16 @@ class SandboxProcess {
 
   constructor(readonly limits: SandboxLimits = DEFAULT_SANDBOX_LIMITS) {}
 
-  process(type: DocType, load: () => Promise<Uint8Array>, settings: ChunkSettings, signal: AbortSignal | undefined, embed: VectorForm | false): Promise<SandboxChunk[]> {
+  process(
+    type: DocType,
+    load: () => Promise<Uint8Array>,
+    settings: ChunkSettings,
+    signal: AbortSignal | undefined,
+    embed: VectorForm | false,
+    begin: (() => Promise<void>) | undefined,
+  ): Promise<SandboxChunk[]> {
     this.waiting++
-    const run = this.queue.then(async () => this.run(type, await load(), settings, signal, embed))
+    const run = this.queue.then(async () => this.run(type, await load(), settings, signal, embed, begin))
     this.queue = run.catch(() => undefined)
     return run.finally(() => this.waiting--)
   }
@@ -182,7 +216,14 @@ class SandboxProcess {
     await this.stopChild(new SandboxAborted('the document sandbox was closed'))
   }
 
-  private async run(type: DocType, bytes: Uint8Array, settings: ChunkSettings, signal: AbortSignal | undefined, embed: VectorForm | false): Promise<SandboxChunk[]> {
+  private async run(
+    type: DocType,
+    bytes: Uint8Array,
+    settings: ChunkSettings,
+    signal: AbortSignal | undefined,
+    embed: VectorForm | false,
+    begin: (() => Promise<void>) | undefined,
+  ): Promise<SandboxChunk[]> {
     if (signal?.aborted) throw new SandboxAborted('stopped')
     if (this.idle) clearTimeout(this.idle)
     const child = this.child ?? this.spawn()
@@ -198,17 +239,18 @@ class SandboxProcess {
     let timer: ReturnType<typeof setTimeout> | undefined
     const onAbort = () => void this.stopChild(new SandboxAborted('stopped'))
     try {
+      await begin?.()
+      if (signal?.aborted) throw new SandboxAborted('stopped')
+      if (this.child !== child) throw new SandboxCrashed('the document process exited before the document was handed over')
       return await new Promise<SandboxChunk[]>((resolve, reject) => {
         this.pending = { id, chunks: [], resolve, reject }
-        timer = setTimeout(() => void this.stopChild(new SandboxFailure('processing_timeout', `parsing and chunking the document took longer than ${timeoutMs / 1000} s`)), timeoutMs)
+        timer = setTimeout(() => void this.stopChild(this.limitHit('timeout')), timeoutMs)
         poll = setInterval(() => {
           const rss = residentBytes(child.pid)
-          if (rss !== null && rss > maxRssBytes) {
-            void this.stopChild(new SandboxFailure('processing_memory', `parsing and chunking the document took more than ${Math.round(maxRssBytes / 1024 / 1024)} MiB of memory`))
-          }
+          if (rss !== null && rss > maxRssBytes) void this.stopChild(this.limitHit('memory'))
         }, RSS_POLL_MS)
         signal?.addEventListener('abort', onAbort, { once: true })
-        const job: SandboxJob = { id, type, bytes, settings, maxChunks, embed }
+        const job: SandboxJob = { id, type, bytes, settings, maxChunks, timeoutMs, maxRssBytes, embed }
         child.send(job)
       })
     } finally {
@@ -237,9 +279,19 @@ class SandboxProcess {
       failStart(new SandboxCrashed(`the document process exited (${child.signalCode ?? `code ${child.exitCode}`}) before it was ready`))
       if (this.child !== child) return
       this.child = null
-      this.pending?.reject(new SandboxCrashed(`the document process exited (${child.signalCode ?? `code ${child.exitCode}`}) while reading a document`))
+      // Its watchdog ended it at a limit (sandbox-watchdog.ts): the same failure as when this side does.
+      const limit = child.signalCode === LIMIT_SIGNALS.timeout ? 'timeout' : child.signalCode === LIMIT_SIGNALS.memory ? 'memory' : null
+      this.pending?.reject(limit ? this.limitHit(limit) : new SandboxCrashed(`the document process exited (${child.signalCode ?? `code ${child.exitCode}`}) while reading a document`))
     })
     return child
+  }
+
+  /** The failure of a document that hit a limit, whichever side saw it first. */
+  private limitHit(limit: 'timeout' | 'memory'): SandboxFailure {
+    const { timeoutMs, maxRssBytes } = this.limits
+    return limit === 'timeout'
+      ? new SandboxFailure('processing_timeout', `parsing and chunking the document took longer than ${timeoutMs / 1000} s`)
+      : new SandboxFailure('processing_memory', `parsing and chunking the document took more than ${Math.round(maxRssBytes / 1024 / 1024)} MiB of memory`)
   }
 
   private receive(message: SandboxMessage): void {

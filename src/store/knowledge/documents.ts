@@ -24,8 +24,9 @@ export interface DocumentRow {
   machine_version: number
   lease_owner: string | null
   lease_until: Date | null
+  /** Ingestions begun: readings handed to a document process (countDocumentReading), originals that could not be read for now (countDocumentAttempt). */
   attempts: number
-  /** Parsing and chunking started (at each claim) and not finished since (migration 00009). */
+  /** Readings handed to a document process and not finished since (migration 00009; countDocumentReading). */
   processing_attempts: number
   generation: number
   live_generation: number | null
@@ -76,23 +77,43 @@ export async function documentsOf(sql: Sql, kbId: string): Promise<DocumentRow[]
 }
 
 /**
- * Documents a worker holds (src/store/leases.ts): those being ingested. `attempts` counts the
- * claims, `processing_attempts` the parsing runs started since the last that finished (every claim
- * parses again): both are counted at the claim, before any work, so a process that dies on a
- * document has counted it (a document that kills its workers fails after a few). A worker stopping
- * cleanly gives its documents back, and a parsing run it cut short is not the document's fault.
+ * Documents a worker holds (src/store/leases.ts): those being ingested. A claim counts nothing by
+ * itself: a worker claims more documents than its document processes read at once, and one killed
+ * while a document waited its turn never began on it. What counts is what began, each written
+ * before that work starts, so a process that dies in it has counted it (a document that kills its
+ * workers fails after a few): both `attempts` and `processing_attempts` when its reading is handed
+ * to the document process (countDocumentReading; `processing_attempts` back to 0 when the process
+ * answers), `attempts` alone when storage cannot give its original now (countDocumentAttempt).
  */
 export const documentLeases: LeaseTable = {
   table: 'documents',
   states: ['parsing', 'chunking', 'embedding'],
   version: DOCUMENT_MACHINE_VERSION,
-  onClaim: (sql) => sql`, attempts = attempts + 1, processing_attempts = processing_attempts + 1`,
-  onRelease: (sql) => sql`, processing_attempts = greatest(processing_attempts - 1, 0)`,
 }
 
-/** The document process answered for this claim: its parsing no longer counts towards poison_document. */
+/** An ingestion that began and stopped before its reading (storage could not give the original now): one attempt more. Its attempts now; null when this worker no longer holds it. */
+export async function countDocumentAttempt(sql: Sql, id: string, owner: string): Promise<number | null> {
+  const [row] = await sql<{ attempts: number }[]>`update documents set attempts = attempts + 1 where id = ${id} and lease_owner = ${owner} returning attempts`
+  return row?.attempts ?? null
+}
+
+/** The document is about to be handed to its document process: one attempt and one reading begun more. Null when this worker no longer holds it. */
+export async function countDocumentReading(sql: Sql, id: string, owner: string): Promise<number | null> {
+  const [row] = await sql<{ processing_attempts: number }[]>`
+    update documents set attempts = attempts + 1, processing_attempts = processing_attempts + 1
+    where id = ${id} and lease_owner = ${owner} returning processing_attempts`
+  return row?.processing_attempts ?? null
+}
+
+/** The document process answered for this claim: its reading no longer counts towards poison_document. */
 export async function finishDocumentProcessing(sql: Sql, id: string, owner: string): Promise<void> {
   await sql`update documents set processing_attempts = 0 where id = ${id} and lease_owner = ${owner}`
+}
+
+/** Readings a worker stopping cleanly cut short, while it still holds them: not the documents' doing. */
+export async function uncountDocumentReadings(sql: Sql, ids: string[], owner: string): Promise<void> {
+  if (ids.length === 0) return
+  await sql`update documents set processing_attempts = greatest(processing_attempts - 1, 0) where id in ${sql(ids)} and lease_owner = ${owner}`
 }
 
 /** Which document a transition applies to: as last read (status and generation), and for a worker its lease. */

@@ -1,4 +1,4 @@
-import type { SandboxJob, SandboxResult } from './code-sandbox'
+import { type SandboxJob, type SandboxResult, WALL_FACTOR } from './code-sandbox'
 import type { FromWorker, ToWorker } from './code-worker'
 
 /**
@@ -15,7 +15,10 @@ import type { FromWorker, ToWorker } from './code-worker'
 
 /** 2 to 4: code nodes are short; more threads would only compete with the rest of the process. */
 const POOL_SIZE = Math.max(2, Math.min(4, navigator.hardwareConcurrency || 2))
-/** Beyond the job's own limit, enforced inside the worker: covers loading the module on first use. */
+/**
+ * Beyond the job's own longest run (its CPU limit may take WALL_FACTOR times as long on the wall
+ * clock), enforced inside the worker: covers loading the module on first use.
+ */
 const WATCHDOG_GRACE_MS = 5_000
 
 interface Slot {
@@ -93,8 +96,8 @@ export class CodePool {
       slot.worker.ref()
       const target = slot
       p.watchdog = setTimeout(
-        () => this.retire(target, { ok: false, kind: 'timeout', message: `the code ran longer than its ${p.job.timeoutMs} ms limit` }),
-        p.job.timeoutMs + WATCHDOG_GRACE_MS,
+        () => this.retire(target, { ok: false, kind: 'timeout', message: `the code did not stop within ${p.job.timeoutMs * WALL_FACTOR} ms of wall-clock time (its limit: ${p.job.timeoutMs} ms of CPU time)` }),
+        p.job.timeoutMs * WALL_FACTOR + WATCHDOG_GRACE_MS,
       )
       slot.worker.postMessage({ type: 'job', id: p.id, job: p.job } satisfies ToWorker)
     }

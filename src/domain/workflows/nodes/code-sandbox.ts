@@ -14,6 +14,7 @@ export interface SandboxJob {
   source: string
   /** `{ inputs, nodes }` as JSON. */
   vars: string
+  /** CPU time of the thread running it (WALL_FACTOR times this in wall-clock time at most). */
   timeoutMs: number
   memoryBytes: number
   stackBytes: number
@@ -47,10 +48,31 @@ const WRAPPER = `(() => {
   }
 })()`
 
+/**
+ * The time limit is CPU time, this thread's (getrusage RUSAGE_THREAD, through
+ * `process.threadCpuUsage()`): on a busy machine the thread gets a share of a core (~40 % beside four
+ * busy loops on two cores, under 10 % at a load of 30 there), and a wall-clock limit failed scripts
+ * for the machine's load, not their own work. A script starved of CPU still ends: after WALL_FACTOR
+ * times its limit in wall-clock time, saying so.
+ */
+export const WALL_FACTOR = 30
+/** How often the interrupt handler reads the thread's CPU time once the wall clock passed the limit (~4 µs a read). */
+const CPU_CHECK_MS = 5
+
+/** CPU time this thread has used, in milliseconds. */
+const threadCpuMs = () => {
+  const { user, system } = process.threadCpuUsage()
+  return (user + system) / 1000
+}
+
 /** `aborted` is polled by QuickJS' interrupt handler, the only code that runs while the script does. */
 export function runInSandbox(qjs: QuickJSWASMModule, job: SandboxJob, aborted: () => boolean): SandboxResult {
-  const deadline = performance.now() + job.timeoutMs
-  let stop: 'timeout' | 'aborted' | null = null
+  const started = performance.now()
+  const cpuStart = threadCpuMs()
+  // CPU time cannot run ahead of wall-clock time: before the limit has passed on the wall clock, no read.
+  let nextCheck = started + job.timeoutMs
+  const wallLimit = started + job.timeoutMs * WALL_FACTOR
+  let stop: 'timeout' | 'starved' | 'aborted' | null = null
   let broken = false
   const rt = qjs.newRuntime()
   try {
@@ -60,8 +82,12 @@ export function runInSandbox(qjs: QuickJSWASMModule, job: SandboxJob, aborted: (
     // after it (pending jobs) is interrupted at once.
     rt.setInterruptHandler(() => {
       if (stop) return true
-      if (aborted()) stop = 'aborted'
-      else if (performance.now() > deadline) stop = 'timeout'
+      if (aborted()) return (stop = 'aborted') !== null
+      const now = performance.now()
+      if (now < nextCheck) return false
+      nextCheck = now + CPU_CHECK_MS
+      if (threadCpuMs() - cpuStart > job.timeoutMs) stop = 'timeout'
+      else if (now > wallLimit) stop = 'starved'
       return stop !== null
     })
     const vm = rt.newContext()
@@ -80,7 +106,7 @@ export function runInSandbox(qjs: QuickJSWASMModule, job: SandboxJob, aborted: (
   }
 }
 
-function execute(vm: QuickJSContext, rt: QuickJSRuntime, job: SandboxJob, stopped: () => 'timeout' | 'aborted' | null): SandboxResult {
+function execute(vm: QuickJSContext, rt: QuickJSRuntime, job: SandboxJob, stopped: () => 'timeout' | 'starved' | 'aborted' | null): SandboxResult {
   const fail = (error: QuickJSHandle) => failure(vm, error, stopped(), job)
   const wrapped = vm.evalCode(WRAPPER, 'sandbox.js')
   if (wrapped.error) return fail(wrapped.error)
@@ -122,7 +148,7 @@ function settle(vm: QuickJSContext, rt: QuickJSRuntime, result: QuickJSHandle, j
   }
 }
 
-function failure(vm: QuickJSContext, error: QuickJSHandle, stopped: 'timeout' | 'aborted' | null, job: SandboxJob): SandboxResult {
+function failure(vm: QuickJSContext, error: QuickJSHandle, stopped: 'timeout' | 'starved' | 'aborted' | null, job: SandboxJob): SandboxResult {
   let dumped: unknown
   try {
     dumped = vm.dump(error)
@@ -132,7 +158,14 @@ function failure(vm: QuickJSContext, error: QuickJSHandle, stopped: 'timeout' | 
   } finally {
     error.dispose()
   }
-  if (stopped === 'timeout') return { ok: false, kind: 'timeout', message: `the code ran longer than its ${job.timeoutMs} ms limit` }
+  if (stopped === 'timeout') return { ok: false, kind: 'timeout', message: `the code used more than its ${job.timeoutMs} ms of CPU time` }
+  if (stopped === 'starved') {
+    return {
+      ok: false,
+      kind: 'timeout',
+      message: `the code ran ${job.timeoutMs * WALL_FACTOR} ms of wall-clock time without using its ${job.timeoutMs} ms of CPU time: the machine is too busy`,
+    }
+  }
   if (stopped === 'aborted') return { ok: false, kind: 'aborted', message: 'the code was stopped: the node was aborted' }
   const e = (typeof dumped === 'object' && dumped !== null ? dumped : { message: String(dumped) }) as { name?: string; message?: string; stack?: string; lineNumber?: number }
   if (e.name === 'InternalError' && e.message === 'out of memory') {
