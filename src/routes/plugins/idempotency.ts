@@ -1,10 +1,8 @@
-import type { Logger } from 'pino'
 import type { Deps } from '../../deps'
 import { sha256Hex } from '../../lib/crypto'
 import { AppError } from '../../lib/errors'
 import { claimRecord, IDEMPOTENCY_PREFIX, settleRecord, type Refusals } from '../../store/idempotency'
 import { findWrite, type WriteKey } from '../../store/idempotent-writes'
-import type { RedisPort } from '../../store/redis'
 import { keyedAnswer } from '../keyed-answers'
 import { stateOf, type RequestState } from './request-state'
 
@@ -53,6 +51,7 @@ export async function beginIdempotency(deps: Deps, request: Request, state: Requ
   const record = await claimRecord<Kept>(deps.inFlight, redisKey, fingerprint, REFUSALS, () => answerFromRow(deps, request, state, write))
   if (record === null) {
     state.idem = { key: redisKey, fingerprint, write }
+    await failpoint(deps, 'idempotency.before-write')
     return
   }
   return replayed(record, state)
@@ -90,27 +89,37 @@ export async function answerExistingWrite(deps: Deps, request: Request): Promise
   const idem = state.idem
   const found = idem ? await answerFromRow(deps, request, state, idem.write) : null
   if (!found) throw REFUSALS.inUse()
-  await completeIdempotency(deps.redis, state, found.status, found.kept.body, found.kept.headers, deps.log)
+  await completeIdempotency(deps, state, found.status, found.kept.body, found.kept.headers)
   return replayed(found.kept, state)
 }
 
 /** Stores the final answer for replay, or releases the key when the outcome is not to be kept. */
 export async function completeIdempotency(
-  redis: RedisPort,
+  deps: Pick<Deps, 'redis' | 'log' | 'config'>,
   state: RequestState,
   status: number,
   body: string,
   headers: Record<string, string>,
-  log: Logger,
 ) {
   const idem = state.idem!
   state.idem = undefined
+  await failpoint(deps, 'idempotency.before-store')
   try {
     const kept: Record<string, string> = {}
     for (const h of REPLAYED_HEADERS) if (headers[h] !== undefined) kept[h] = headers[h]
-    await settleRecord<Kept>(redis, idem.key, idem.fingerprint, status, { status, body, headers: kept })
+    await settleRecord<Kept>(deps.redis, idem.key, idem.fingerprint, status, { status, body, headers: kept })
   } catch (err) {
     // The side effect happened; failing the response now would invite a duplicate retry.
-    log.error({ request_id: state.id, err }, 'could not store the idempotency record')
+    deps.log.error({ request_id: state.id, err }, 'could not store the idempotency record')
   }
+}
+
+/**
+ * TEST_FAILPOINT (tests only, src/config.ts): the request stops here for good, said in the log, for
+ * a crash test to SIGKILL the process at this exact point. Nothing when unset.
+ */
+function failpoint(deps: Pick<Deps, 'log' | 'config'>, at: NonNullable<Deps['config']['testFailpoint']>): Promise<void> | undefined {
+  if (deps.config.testFailpoint !== at) return
+  deps.log.warn({ failpoint: at }, `failpoint ${at} reached: holding the request (TEST_FAILPOINT)`)
+  return new Promise(() => {})
 }
