@@ -128,6 +128,20 @@ describe('the record in Redis lost after the commit: the retry is answered from 
   })
 })
 
+test('the record lost, the key sent again with another body: 422 idempotency_key_reused, nothing made, and the first body is still answered from its row', async () => {
+  const tag = `lost-other-${Date.now()}`
+  const first = await h.call('POST', '/v1/workspaces', { body: { name: tag }, headers: { 'idempotency-key': tag } })
+  await h.deps.redis.del(await recordOf(tag))
+  const other = await h.call('POST', '/v1/workspaces', { body: { name: `${tag} other` }, headers: { 'idempotency-key': tag } })
+  expect(other.status).toBe(422)
+  expect(other.body.error.code).toBe('idempotency_key_reused')
+  expect(await count('workspaces', 'name', `${tag} other`)).toBe(0)
+  const retry = await h.call('POST', '/v1/workspaces', { body: { name: tag }, headers: { 'idempotency-key': tag } })
+  expect(retry.status).toBe(201)
+  expect(retry.headers.get('idempotent-replayed')).toBe('true')
+  expect(retry.body.data.id).toBe(first.body.data.id)
+})
+
 describe('a pending record whose owner is gone', () => {
   test('no heartbeat: answered from the row at once (not 409)', async () => {
     const tag = `dead-owner-${Date.now()}`

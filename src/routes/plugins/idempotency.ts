@@ -87,8 +87,16 @@ async function answerFromRow(deps: Deps, request: Request, state: RequestState, 
 export async function answerExistingWrite(deps: Deps, request: Request): Promise<Response> {
   const state = stateOf(request)
   const idem = state.idem
-  const found = idem ? await answerFromRow(deps, request, state, idem.write) : null
-  if (!found) throw REFUSALS.inUse()
+  let found: Awaited<ReturnType<typeof answerFromRow>> = null
+  try {
+    found = idem ? await answerFromRow(deps, request, state, idem.write) : null
+    if (!found) throw REFUSALS.inUse()
+  } catch (err) {
+    // Refused (another body under the key, the row gone): the key is released, not given this answer.
+    if (state.idem) await deps.redis.del(state.idem.key).catch(() => {})
+    state.idem = undefined
+    throw err
+  }
   await completeIdempotency(deps, state, found.status, found.kept.body, found.kept.headers)
   return replayed(found.kept, state)
 }
