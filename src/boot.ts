@@ -16,7 +16,7 @@ import { openFileStore } from './store/files'
 import { migrate } from './store/migrate'
 import { templateDir } from './store/pglite-template'
 import { openRedis, type RedisPort } from './store/redis'
-import { IDEMPOTENCY_PREFIX } from './store/idempotency'
+import { IDEMPOTENCY_PREFIX, InFlightOwner } from './store/idempotency'
 import { Timers } from './workers/timers'
 
 let destination: ReturnType<typeof pino.destination> | null = null
@@ -135,6 +135,7 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
       config,
       db,
       redis,
+      inFlight: new InFlightOwner(redis),
       log,
       access: createAccessLog(log),
       apiKeys,
@@ -160,6 +161,7 @@ export async function closeDeps(deps: Deps): Promise<void> {
   await deps.models.charges.close()
   await deps.models.access.stop()
   await deps.apiKeys.stop()
+  deps.inFlight.stop()
   await deps.redis.close()
   await deps.db.close()
   // Last: the spans of the shutdown itself (the last deliveries and runs) leave too.

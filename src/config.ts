@@ -47,6 +47,8 @@ const Env = Type.Object({
   DATA_DIR_LOCK_WAIT_MS: Type.Optional(Int()),
   CREDITS_FLUSH_MS: Type.Optional(Int()),
   ACCESS_CACHE_TTL_MS: Type.Optional(Int()),
+  // Tests only: hold every request with an Idempotency-Key at this point (src/routes/plugins/idempotency.ts).
+  TEST_FAILPOINT: Type.Optional(Type.Union([Type.Literal('idempotency.before-write'), Type.Literal('idempotency.before-store')])),
   // Where uploaded originals live (docs/deployment.md, "Where uploaded files live"), and the usual
   // variables of S3 clients for s3:// (the S3_* ones first, as Bun's own client reads them).
   STORAGE_URL: Type.Optional(Type.String({ minLength: 1 })),
@@ -140,6 +142,13 @@ export interface Config {
   storage: StorageConfig
   /** The console's script built ahead of time (`bun run build:console`), served instead of bundling src/console at start; null: bundled at start. */
   consoleBundle: string | null
+  /**
+   * Tests only (TEST_FAILPOINT): where a request with an Idempotency-Key stops and waits forever, so
+   * that a crash test can SIGKILL the process exactly there: after the key is taken and before the
+   * write (`idempotency.before-write`), or after the write committed and before its answer is
+   * stored (`idempotency.before-store`). Never set in a deployment.
+   */
+  testFailpoint: 'idempotency.before-write' | 'idempotency.before-store' | null
 }
 
 /**
@@ -243,6 +252,7 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     tracing: tracingConfig(env, int, bool),
     storage: storageConfig(env, bool),
     consoleBundle: consoleBundlePath(env.CONSOLE_BUNDLE),
+    testFailpoint: env.TEST_FAILPOINT ?? null,
   }
 }
 

@@ -7,6 +7,7 @@ import type { Metrics } from './lib/metrics'
 import type { Database } from './store/db'
 import type { SecretBox } from './lib/secret-box'
 import type { FileStore } from './store/files'
+import type { InFlightOwner } from './store/idempotency'
 import type { RedisPort } from './store/redis'
 import type { Timers } from './workers/timers'
 
@@ -15,6 +16,8 @@ export interface Deps {
   config: Config
   db: Database
   redis: RedisPort
+  /** This process as the owner of the Idempotency-Key records it executes (src/store/idempotency.ts). */
+  inFlight: InFlightOwner
   log: Logger
   /** One line per request (a no-op below LOG_LEVEL=info). */
   access: (entry: AccessEntry) => void

@@ -5,6 +5,7 @@ import type { ListQuery } from '../lib/lists'
 import * as store from '../store/api-keys'
 import type { ApiKeyRow } from '../store/api-keys'
 import type { Pool as Sql } from '../store/db'
+import type { WriteKey } from '../store/idempotent-writes'
 import type { RedisPort } from '../store/redis'
 import type { Unsubscribe } from '../store/redis/port'
 import { adminWorkspaceIds, getMember, getWorkspace } from '../store/workspaces'
@@ -130,6 +131,7 @@ export class ApiKeys {
   async create(
     caller: Caller,
     input: { user_id: string; name: string; workspace_id?: string; role_limit?: Role; expires_at?: Date },
+    written?: WriteKey,
   ): Promise<{ row: ApiKeyRow; key: string }> {
     const workspaceId = input.workspace_id ?? caller.workspaceId
     if (caller.workspaceId !== null && workspaceId !== caller.workspaceId) {
@@ -169,7 +171,7 @@ export class ApiKeys {
       created_by: caller.keyId,
       issued_by: caller.userId,
       expires_at: input.expires_at ?? null,
-    })
+    }, { key: written, plain: key })
     return { row, key }
   }
 

@@ -8,6 +8,7 @@ import type { SecretBox } from '../lib/secret-box'
 import type { Pool } from '../store/db'
 import * as deliveries from '../store/deliveries'
 import { emit, markEventsDispatched } from '../store/events'
+import { recorded, type WriteKey } from '../store/idempotent-writes'
 import * as store from '../store/webhooks'
 import { findWorkspaceAccess } from '../store/workspaces'
 import { authorize, type Action, type Caller } from './access'
@@ -72,19 +73,20 @@ export async function registerWebhook(
   caller: Caller,
   workspaceId: string,
   input: { url: string; events: string[]; secret: string },
+  key?: WriteKey,
 ): Promise<store.WebhookRow> {
   authorize(caller, await findWorkspaceAccess(d.sql, workspaceId, caller.userId), 'build', { id: workspaceId })
   const events = checkEvents(input.events)
   const url = await checkUrl(input.url, urlPolicy(d.config))
-  return d.sql.begin((tx) =>
-    store.insertWebhook(tx, {
+  return d.sql.begin(async (tx) =>
+    recorded(tx, key, 'webhook', await store.insertWebhook(tx, {
       id: newId('whk'),
       workspace_id: workspaceId,
       url,
       events,
       secret_encrypted: d.secretBox.seal(input.secret),
       created_by: caller.userId,
-    }),
+    })),
   )
 }
 

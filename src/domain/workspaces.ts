@@ -5,6 +5,7 @@ import type { Pool as Sql } from '../store/db'
 import type { WorkspaceScope } from '../store/lists'
 import * as store from '../store/workspaces'
 import { changingAccess } from '../store/access-generation'
+import { recordWrite, type WriteKey } from '../store/idempotent-writes'
 import type { Role } from '../store/workspaces'
 import { authorize, keyAllows, type Action, type Caller, type EffectiveRole } from './access'
 
@@ -56,6 +57,7 @@ export async function createWorkspace(
   sql: Sql,
   caller: Caller,
   input: { name: string; description?: string; type?: string; join_policy?: string },
+  key?: WriteKey,
 ) {
   if (caller.workspaceId !== null) {
     throw new AppError('forbidden', 'a key restricted to one workspace cannot create workspaces')
@@ -64,16 +66,18 @@ export async function createWorkspace(
   const id = newId('ws')
   // Announced too: a call that named this id before it existed may have kept "no such workspace".
   return changingAccess([id], () =>
-    sql.begin((tx) =>
-      store.insertWorkspace(tx, {
+    sql.begin(async (tx) => {
+      const row = await store.insertWorkspace(tx, {
         id,
         name: input.name,
         description: input.description ?? '',
         type: input.type ?? 'team',
         join_policy: input.join_policy ?? 'approve_required',
         owner_id: caller.userId,
-      }),
-    ),
+      })
+      await recordWrite(tx, key, 'workspace', id)
+      return row
+    }),
   )
 }
 
@@ -123,10 +127,12 @@ export async function listMembers(sql: Sql, caller: Caller, id: string, q: ListQ
   return store.listMembers(sql, id, q)
 }
 
-export async function addMember(sql: Sql, caller: Caller, id: string, userId: string, role: Role) {
+export async function addMember(sql: Sql, caller: Caller, id: string, userId: string, role: Role, key?: WriteKey) {
   await access(sql, caller, id, 'manage')
   return changingAccess([id], () => sql.begin(async (tx) => {
     await store.lockWorkspace(tx, id)
+    // First: a retry of an addition already made is answered from it, not refused as a conflict.
+    await recordWrite(tx, key, 'member', `${id}/${userId}`)
     return store.insertMember(tx, id, userId, role)
   }))
 }

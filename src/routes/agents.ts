@@ -12,6 +12,7 @@ import {
 } from './agents.model'
 import { Envelope, envelope, errors, ListOf, ListQuery } from './common.model'
 import { authenticated } from './plugins/auth'
+import { writeKey } from './plugins/idempotency'
 import { errorEvent, sseResponse, type SseEvent } from './plugins/sse'
 
 const agentList: ListSpec = {
@@ -43,11 +44,11 @@ export function agentRoutes(deps: Deps) {
   const sql = deps.db.sql
   return new Elysia({ name: 'routes.agents' })
     .use(authenticated(deps))
-    .post('/agents', async ({ caller, requestId, body, headers, set }) => {
+    .post('/agents', async ({ caller, requestId, body, headers, set, request }) => {
       const workspaceId = await resolveWorkspaceId(sql, caller, body.workspace_id, headers['x-workspace-id'])
       const { workspace_id: _, ...input } = body
       set.status = 201
-      return envelope(requestId, toAgent(await agents.createAgent(deps, caller, workspaceId, input as agents.AgentInput)))
+      return envelope(requestId, toAgent(await agents.createAgent(deps, caller, workspaceId, input as agents.AgentInput, writeKey(request))))
     }, {
       body: CreateAgent,
       parse: 'json',

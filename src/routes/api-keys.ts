@@ -5,6 +5,7 @@ import { parseListQuery, toPage } from '../lib/lists'
 import { parseTime } from '../lib/time'
 import { Envelope, envelope, errors, Id, ListOf, ListQuery } from './common.model'
 import { authenticated } from './plugins/auth'
+import { writeKey } from './plugins/idempotency'
 import { ApiKey, CreatedApiKey, CreateApiKey, keyList, toApiKey } from './api-keys.model'
 
 const tags = ['api-keys']
@@ -12,13 +13,13 @@ const tags = ['api-keys']
 export function apiKeyRoutes(deps: Deps) {
   return new Elysia({ name: 'routes.api-keys' })
     .use(authenticated(deps))
-    .post('/api-keys', async ({ caller, requestId, body, set }) => {
+    .post('/api-keys', async ({ caller, requestId, body, set, request }) => {
       let expires: Date | undefined
       if (body.expires_at !== undefined) {
         expires = parseTime(body.expires_at) ?? undefined
         if (!expires) throw invalid('expires_at', 'must be an ISO 8601 time')
       }
-      const { row, key } = await deps.apiKeys.create(caller, { ...body, expires_at: expires })
+      const { row, key } = await deps.apiKeys.create(caller, { ...body, expires_at: expires }, writeKey(request))
       set.status = 201
       return envelope(requestId, { ...toApiKey(row), key })
     }, {

@@ -13,6 +13,7 @@ import {
   SearchResults, TextUpload, toDocument, toKnowledgeBase, Uploaded, uploaded,
 } from './knowledge.model'
 import { authenticated } from './plugins/auth'
+import { writeKey } from './plugins/idempotency'
 import { STREAMED_BODY } from './plugins/bodies'
 
 const baseList: ListSpec = {
@@ -42,10 +43,10 @@ export function knowledgeRoutes(deps: Deps) {
   const sql = deps.db.sql
   return new Elysia({ name: 'routes.knowledge' })
     .use(authenticated(deps))
-    .post('/knowledge-bases', async ({ caller, requestId, body, headers, set }) => {
+    .post('/knowledge-bases', async ({ caller, requestId, body, headers, set, request }) => {
       const workspaceId = await resolveWorkspaceId(sql, caller, body.workspace_id, headers['x-workspace-id'])
       set.status = 201
-      return envelope(requestId, toKnowledgeBase(await bases.createKnowledgeBase(deps, caller, { ...body, workspace_id: workspaceId })))
+      return envelope(requestId, toKnowledgeBase(await bases.createKnowledgeBase(deps, caller, { ...body, workspace_id: workspaceId }, writeKey(request))))
     }, {
       body: CreateKnowledgeBase,
       parse: 'json',
@@ -92,8 +93,8 @@ export function knowledgeRoutes(deps: Deps) {
     })
     .post('/knowledge-bases/:id/documents', async ({ caller, requestId, params, request, body, set }) => {
       const doc = body === STREAMED_BODY
-        ? await documents.uploadFile(deps, caller, params.id, request)
-        : await documents.uploadText(deps, caller, params.id, textUpload(body))
+        ? await documents.uploadFile(deps, caller, params.id, request, writeKey(request))
+        : await documents.uploadText(deps, caller, params.id, textUpload(body), writeKey(request))
       set.status = 201
       return uploaded(requestId, doc)
     }, {

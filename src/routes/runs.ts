@@ -7,6 +7,7 @@ import { iso } from '../lib/time'
 import type { RunEventRow } from '../store/runs'
 import { errors, ListOf } from './common.model'
 import { authenticated } from './plugins/auth'
+import { writeKey } from './plugins/idempotency'
 import { sseResponse, type SseEvent } from './plugins/sse'
 import {
   AllRunsQuery, EventsQuery, InputBody, Run, RunAnswer, RunNodes, RunEvents, RunParams, RunStarted, RunsQuery, SyncRun, TriggerBody, TriggerQuery, WorkflowParams,
@@ -26,7 +27,7 @@ export function runRoutes(deps: Deps) {
   return new Elysia({ name: 'routes.runs' })
     .use(authenticated(deps))
     .post('/workflows/:id/runs', async ({ caller, requestId, params, query, body, headers, request, set, route }) => {
-      const run = await runsDomain.createRun(deps, caller, params.id, body ?? {}, requestId)
+      const run = await runsDomain.createRun(deps, caller, params.id, body ?? {}, requestId, writeKey(request))
       if (query.async === 'true' || query.async === '1') {
         set.status = 202
         // Cast: this handler answers a 202 body, a stream or a 200 body; Elysia types an async handler as a Promise of one of them, not of their union.

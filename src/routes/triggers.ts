@@ -5,7 +5,7 @@ import { AppError } from '../lib/errors'
 import { parseListQuery, toPage } from '../lib/lists'
 import { Envelope, envelope, errors, ListOf, ListQuery } from './common.model'
 import { authenticated } from './plugins/auth'
-import { beginIdempotency } from './plugins/idempotency'
+import { beginIdempotency, writeKey } from './plugins/idempotency'
 import { stateOf } from './plugins/request-state'
 import {
   CreateTrigger, DeletedTrigger, HookParams, HookStarted, toTrigger, Trigger, triggerList, TriggerParams, UpdateTrigger, WorkflowTriggerParams,
@@ -21,7 +21,7 @@ export function triggerRoutes(deps: Deps) {
     .use(authenticated(deps))
     .post('/workflows/:id/triggers', async ({ caller, requestId, params, body, request, set }) => {
       set.status = 201
-      return envelope(requestId, toTrigger(await triggers.createTrigger(deps, caller, params.id, body), baseOf(deps, request)))
+      return envelope(requestId, toTrigger(await triggers.createTrigger(deps, caller, params.id, body, writeKey(request)), baseOf(deps, request)))
     }, {
       params: WorkflowTriggerParams,
       body: CreateTrigger,
@@ -91,9 +91,9 @@ export function hookRoutes(deps: Deps) {
       triggers.checkSignature(deps, trigger, call)
       // Idempotency records are scoped by who sends them: for a hook, the trigger.
       state.caller = { keyId: `hook:${trigger.id}`, userId: `webhook:${trigger.id}`, isRoot: false, workspaceId: trigger.workspace_id, roleLimit: 'readonly', issuedBy: null }
-      const replay = await beginIdempotency(deps.redis, request, state)
+      const replay = await beginIdempotency(deps, request, state)
       if (replay) return replay
-      const run = await triggers.runHook(deps, trigger, call, state.id)
+      const run = await triggers.runHook(deps, trigger, call, state.id, state.idem?.write)
       set.status = 202
       return { request_id: state.id, run_id: run.id, status: 'running' as const }
     }, {

@@ -6,6 +6,7 @@ import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
 import { DELIVERY_TIMER } from '../workers/webhook-deliveries'
 import { Envelope, envelope, errors, ListOf, ListQuery } from './common.model'
 import { authenticated } from './plugins/auth'
+import { writeKey } from './plugins/idempotency'
 import {
   CreateWebhook, DeletedWebhook, Delivery, DeliveryParams, toDelivery, toWebhook, UpdateWebhook, Webhook, WebhookParams,
 } from './webhooks.model'
@@ -35,10 +36,10 @@ export function webhookRoutes(deps: Deps) {
   }
   return new Elysia({ name: 'routes.webhooks' })
     .use(authenticated(deps))
-    .post('/webhooks', async ({ caller, requestId, body, headers, set }) => {
+    .post('/webhooks', async ({ caller, requestId, body, headers, set, request }) => {
       const workspaceId = await resolveWorkspaceId(d.sql, caller, body.workspace_id, headers['x-workspace-id'])
       set.status = 201
-      return envelope(requestId, toWebhook(await webhooks.registerWebhook(d, caller, workspaceId, body)))
+      return envelope(requestId, toWebhook(await webhooks.registerWebhook(d, caller, workspaceId, body, writeKey(request))))
     }, {
       body: CreateWebhook,
       parse: 'json',

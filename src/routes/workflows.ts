@@ -5,6 +5,7 @@ import { resolveWorkspaceId } from '../domain/workspaces'
 import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
 import { Envelope, envelope, errors, ListOf, ListQuery } from './common.model'
 import { authenticated } from './plugins/auth'
+import { writeKey } from './plugins/idempotency'
 import { CreateWorkflow, DeletedWorkflow, ReplaceWorkflow, toWorkflow, Workflow, WorkflowParams } from './workflows.model'
 
 const workflowList: ListSpec = {
@@ -18,10 +19,10 @@ export function workflowRoutes(deps: Deps) {
   const sql = deps.db.sql
   return new Elysia({ name: 'routes.workflows' })
     .use(authenticated(deps))
-    .post('/workflows', async ({ caller, requestId, body, headers, set }) => {
+    .post('/workflows', async ({ caller, requestId, body, headers, set, request }) => {
       const workspaceId = await resolveWorkspaceId(sql, caller, body.workspace_id, headers['x-workspace-id'])
       set.status = 201
-      return envelope(requestId, toWorkflow(await workflows.createWorkflow(sql, caller, workspaceId, body)))
+      return envelope(requestId, toWorkflow(await workflows.createWorkflow(sql, caller, workspaceId, body, writeKey(request))))
     }, {
       body: CreateWorkflow,
       parse: 'json',

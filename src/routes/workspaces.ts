@@ -3,6 +3,7 @@ import * as workspaces from '../domain/workspaces'
 import type { Deps } from '../deps'
 import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
 import { authenticated } from './plugins/auth'
+import { writeKey } from './plugins/idempotency'
 import { Envelope, envelope, errors, ListOf, ListQuery } from './common.model'
 import {
   AddMember, ChangeRole, CreateWorkspace, DeletedWorkspace, Member, MemberParams, RemovedMember, toMember, toWorkspace,
@@ -32,9 +33,9 @@ export function workspaceRoutes(deps: Deps) {
       response: { 200: ListOf(Workspace), ...errors() },
       detail: { tags, summary: 'List the workspaces the caller can see', description: 'Root keys see every workspace; others those they are members of. Filters: status, status_in, type, owner_id, created_at_after, created_at_before.' },
     })
-    .post('/workspaces', async ({ caller, requestId, body, set }) => {
+    .post('/workspaces', async ({ caller, requestId, body, set, request }) => {
       set.status = 201
-      return envelope(requestId, toWorkspace(await workspaces.createWorkspace(sql, caller, body)))
+      return envelope(requestId, toWorkspace(await workspaces.createWorkspace(sql, caller, body, writeKey(request))))
     }, {
       body: CreateWorkspace,
       parse: 'json',
@@ -93,9 +94,9 @@ export function workspaceRoutes(deps: Deps) {
       response: { 200: ListOf(Member), ...errors(404) },
       detail: { tags: ['members'], summary: 'List the members of a workspace' },
     })
-    .post('/workspaces/:id/members', async ({ caller, requestId, params, body, set }) => {
+    .post('/workspaces/:id/members', async ({ caller, requestId, params, body, set, request }) => {
       set.status = 201
-      return envelope(requestId, toMember(await workspaces.addMember(sql, caller, params.id, body.user_id, body.role)))
+      return envelope(requestId, toMember(await workspaces.addMember(sql, caller, params.id, body.user_id, body.role, writeKey(request))))
     }, {
       params: WorkspaceParams,
       body: AddMember,

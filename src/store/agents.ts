@@ -1,6 +1,7 @@
 import { notFound } from '../lib/errors'
 import type { ListQuery } from '../lib/lists'
 import type { Sql, Tx } from './db'
+import { insertKeyed, type WriteKey } from './idempotent-writes'
 import { inWorkspaces, listClauses, type WorkspaceScope } from './lists'
 
 /** A tool as stored (docs/agents.md, "Definitions"); validated by src/domain/agents/service.ts before it gets here. */
@@ -68,12 +69,12 @@ export interface MessageRow {
   created_at: Date
 }
 
-export async function insertAgent(tx: Sql, a: AgentFields & Pick<AgentRow, 'id' | 'workspace_id' | 'created_by'>): Promise<AgentRow> {
-  const [row] = await tx<AgentRow[]>`
+export async function insertAgent(tx: Sql, a: AgentFields & Pick<AgentRow, 'id' | 'workspace_id' | 'created_by'>, key?: WriteKey): Promise<AgentRow> {
+  const [row] = await insertKeyed(tx, key, 'agent', tx<AgentRow[]>`
     insert into agents (id, workspace_id, name, type, model, instructions, tools, knowledge_base_ids, workflow_id, status, created_by)
     values (${a.id}, ${a.workspace_id}, ${a.name}, ${a.type}, ${a.model}, ${a.instructions}, ${tx.json(a.tools as never)},
             ${a.knowledge_base_ids}, ${a.workflow_id}, ${a.status}, ${a.created_by})
-    returning *`
+    returning *`)
   return row!
 }
 

@@ -1,6 +1,7 @@
 import { notFound } from '../lib/errors'
 import type { ListQuery } from '../lib/lists'
 import type { Sql, Tx } from './db'
+import { insertKeyed, type WriteKey } from './idempotent-writes'
 import { listClauses } from './lists'
 import type { Role } from './workspaces'
 
@@ -22,15 +23,19 @@ export interface ApiKeyRow {
   created_at: Date
 }
 
+/** With `written`, the key it is issued under and the plain key, kept sealed for the retry that must show it again. */
 export async function insertApiKey(
   sql: Sql,
   k: Pick<ApiKeyRow, 'id' | 'key_hash' | 'prefix' | 'name' | 'user_id' | 'workspace_id' | 'role_limit' | 'is_root' | 'created_by' | 'issued_by' | 'expires_at'>,
+  written?: { key: WriteKey | undefined; plain: string },
 ): Promise<ApiKeyRow> {
-  const [row] = await sql<ApiKeyRow[]>`
+  const insert = sql<ApiKeyRow[]>`
     insert into api_keys (id, key_hash, prefix, name, user_id, workspace_id, role_limit, is_root, created_by, issued_by, expires_at)
     values (${k.id}, ${k.key_hash}, ${k.prefix}, ${k.name}, ${k.user_id}, ${k.workspace_id}, ${k.role_limit},
             ${k.is_root}, ${k.created_by}, ${k.issued_by}, ${k.expires_at})
     returning *`
+  const key = written?.key
+  const [row] = await insertKeyed(sql, key, 'api_key', insert, key ? key.seal(written!.plain) : null)
   return row!
 }
 

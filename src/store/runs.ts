@@ -4,6 +4,7 @@ import type { ListQuery } from '../lib/lists'
 import type { Persisted } from '../machines/runner'
 import { RUN_MACHINE_VERSION, type RunContext } from '../machines/workflow-run.machine'
 import type { Sql, Tx } from './db'
+import { insertKeyed, type WriteKey } from './idempotent-writes'
 import type { LeaseTable } from './leases'
 import { writeRowTransition } from './transitions'
 import { inWorkspaces, listClauses, type WorkspaceScope } from './lists'
@@ -62,16 +63,17 @@ export interface RunEventRow {
   created_at: Date
 }
 
-/** The trigger's one statement (autocommitted: nothing else is written with it). */
+/** The trigger's one statement (autocommitted: nothing else is written with it but the record of its Idempotency-Key). */
 export async function insertRun(
   sql: Sql,
   r: Pick<RunRow, 'id' | 'workflow_id' | 'workflow_version' | 'workspace_id' | 'user_id' | 'inputs' | 'snapshot' | 'machine_version' | 'request_id'>,
+  key?: WriteKey,
 ): Promise<RunRow> {
-  const [row] = await sql<RunRow[]>`
+  const [row] = await insertKeyed(sql, key, 'run', sql<RunRow[]>`
     insert into runs (id, workflow_id, workflow_version, workspace_id, user_id, status, inputs, snapshot, machine_version, request_id, trace_context)
     values (${r.id}, ${r.workflow_id}, ${r.workflow_version}, ${r.workspace_id}, ${r.user_id}, 'running',
             ${sql.json(r.inputs as never)}, ${sql.json(r.snapshot as never)}, ${r.machine_version}, ${r.request_id}, ${traceJson(sql)})
-    returning *`
+    returning *`)
   return row!
 }
 

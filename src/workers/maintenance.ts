@@ -2,6 +2,7 @@ import type { Logger } from 'pino'
 import type { Pool } from '../store/db'
 import { deleteSettledDeliveries, listDueDeliveries } from '../store/deliveries'
 import { deleteDispatchedEvents } from '../store/events'
+import { deleteExpiredWrites } from '../store/idempotent-writes'
 import type { RedisPort } from '../store/redis'
 import type { Timers } from './timers'
 import { DELIVERY_TIMER } from './webhook-deliveries'
@@ -55,6 +56,10 @@ export function startMaintenance(d: { sql: Pool; redis: RedisPort; timers: Timer
       if (!(await d.redis.setIfAbsent('lock:retention', String(process.pid), RETENTION_EVERY_MS / 2))) return
       const removed = await applyRetention(d.sql)
       if (removed.deliveries + removed.events > 0) d.log.info(removed, 'retention: deleted deliveries and events older than 7 days')
+      // The records of keyed writes (src/store/idempotent-writes.ts) live as long as their stored answers: 24 h.
+      let writes = 0
+      for (let n = PAGE; n === PAGE; writes += n) n = await deleteExpiredWrites(d.sql, PAGE)
+      if (writes > 0) d.log.info({ writes }, 'retention: deleted Idempotency-Key records older than 24 h')
     } catch (err) {
       d.log.error({ err }, 'retention failed')
     }

@@ -61,6 +61,16 @@ function redisContract(adapter: Adapter) {
       await redis.del('never-existed')
     })
 
+    test('delIfValue deletes the key only while it holds the value read (a stale in-flight record, not its successor)', async () => {
+      fresh()
+      await redis.set('idem:c', 'old', 10_000)
+      expect(await redis.delIfValue('idem:c', 'other')).toBe(false)
+      expect(await redis.get('idem:c')).toBe('old')
+      expect(await redis.delIfValue('idem:c', 'old')).toBe(true)
+      expect(await redis.get('idem:c')).toBeNull()
+      expect(await redis.delIfValue('idem:c', 'old')).toBe(false)
+    })
+
     test('a key expires after its TTL, and setIfAbsent succeeds again', async () => {
       fresh()
       expect(await redis.setIfAbsent('short', 'x', 60)).toBe(true)

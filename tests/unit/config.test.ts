@@ -50,6 +50,7 @@ test('an empty environment gives the defaults of docs/deployment.md', () => {
     tracing: null,
     storage: { kind: 'file', dir: 'data/files' },
     consoleBundle: null,
+    testFailpoint: null,
   })
 })
 

@@ -9,6 +9,7 @@ import { knowledgeBaseIn, workflowIn } from '../references'
 import { inputSpec } from '../workflows/graph'
 import { access, listScope, loadOwned } from '../workspaces'
 import { checkServerUrl, HEADER_KEPT } from './mcp'
+import type { WriteKey } from '../../store/idempotent-writes'
 import { toolName } from './tools'
 
 /** An `mcp` tool as the API takes it: plain header values, or `"***"`/null to keep the stored one (docs/agents.md, "MCP tools"). */
@@ -40,7 +41,7 @@ export function loadAgent(deps: Deps, caller: Caller, id: string, action: Action
   return loadOwned(deps.db.sql, caller, 'agent', id, action, store.findAgent)
 }
 
-export async function createAgent(deps: Deps, caller: Caller, workspaceId: string, input: AgentInput): Promise<store.AgentRow> {
+export async function createAgent(deps: Deps, caller: Caller, workspaceId: string, input: AgentInput, key?: WriteKey): Promise<store.AgentRow> {
   await access(deps.db.sql, caller, workspaceId, 'build')
   const fields = await checkDefinition(deps, workspaceId, {
     name: input.name,
@@ -52,7 +53,7 @@ export async function createAgent(deps: Deps, caller: Caller, workspaceId: strin
     workflow_id: input.workflow_id ?? null,
     status: input.status ?? 'active',
   })
-  return store.insertAgent(deps.db.sql, { ...fields, id: newId('agt'), workspace_id: workspaceId, created_by: caller.userId })
+  return store.insertAgent(deps.db.sql, { ...fields, id: newId('agt'), workspace_id: workspaceId, created_by: caller.userId }, key)
 }
 
 /** PATCH: the given fields replace the stored ones, the whole is checked again, `version` goes up by one. */

@@ -8,6 +8,7 @@ import { access, listScope, loadOwned } from '../workspaces'
 import { DEFAULT_CHUNKING } from './chunk'
 import { requeueAll } from './documents'
 import { accessChanged, changingAccess } from '../../store/access-generation'
+import type { WriteKey } from '../../store/idempotent-writes'
 
 export const DEFAULT_EMBEDDING_MODEL = 'local-embed'
 export const DEFAULT_RERANK_MODEL = 'local-rerank'
@@ -60,7 +61,7 @@ function checkChunking(c: store.Chunking): store.Chunking {
   return c.separators === undefined ? { chunk_size: c.chunk_size, chunk_overlap: c.chunk_overlap } : { ...c }
 }
 
-export async function createKnowledgeBase(deps: Deps, caller: Caller, input: KnowledgeBaseInput): Promise<store.KnowledgeBaseRow> {
+export async function createKnowledgeBase(deps: Deps, caller: Caller, input: KnowledgeBaseInput, key?: WriteKey): Promise<store.KnowledgeBaseRow> {
   await access(deps.db.sql, caller, input.workspace_id, 'build')
   const embedding = embeddingModel(deps, input.embedding_model ?? DEFAULT_EMBEDDING_MODEL)
   const rerank = modelFor(deps, input.rerank_model ?? DEFAULT_RERANK_MODEL, 'rerank', 'rerank_model')
@@ -77,7 +78,7 @@ export async function createKnowledgeBase(deps: Deps, caller: Caller, input: Kno
     retrieval_mode: input.retrieval?.mode ?? DEFAULT_RETRIEVAL_MODE,
     rerank_model: rerank.id,
     created_by: caller.userId,
-  })
+  }, key)
 }
 
 /** Every workspace the caller can read, or the one named (docs/api.md, "Lists"). */

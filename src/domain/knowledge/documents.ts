@@ -12,6 +12,7 @@ import { loadOwned } from '../workspaces'
 import { loadKnowledgeBase } from './bases'
 import { typeOfName } from './parse'
 import { storeMultipart } from './upload'
+import type { WriteKey } from '../../store/idempotent-writes'
 
 type Snapshot = Persisted<DocumentContext>
 
@@ -85,6 +86,7 @@ async function insertStored(
   caller: Caller,
   kb: store.KnowledgeBaseRow,
   d: { id: string; name: string; type: string; size: number; sha256: string; group: string | null; metadata: Record<string, unknown> },
+  written?: WriteKey,
 ): Promise<store.DocumentRow> {
   const snapshot = applyDocumentEvents(start(documentMachine, undefined as never).persisted as Snapshot, [{ type: 'upload.stored', chunking: kb.chunking }])!
   const row = await store.insertDocument(deps.db.sql, {
@@ -101,13 +103,13 @@ async function insertStored(
     snapshot,
     machine_version: DOCUMENT_MACHINE_VERSION,
     created_by: caller.userId,
-  })
+  }, written)
   deps.documents.nudge()
   return row
 }
 
 /** A multipart upload: the file streams to storage, then the document is queued for ingestion. */
-export async function uploadFile(deps: Deps, caller: Caller, kbId: string, request: Request): Promise<store.DocumentRow> {
+export async function uploadFile(deps: Deps, caller: Caller, kbId: string, request: Request, written?: WriteKey): Promise<store.DocumentRow> {
   const kb = await loadKnowledgeBase(deps, caller, kbId, 'build')
   const id = newId('doc')
   const key = originalKey({ knowledge_base_id: kb.id, id })
@@ -122,7 +124,7 @@ export async function uploadFile(deps: Deps, caller: Caller, kbId: string, reque
       }
     }
     if (upload.name.length > MAX_NAME) throw invalid('file', `the file name is longer than ${MAX_NAME} characters`)
-    return await insertStored(deps, caller, kb, { id, name: upload.name, type: upload.type, size: upload.size, sha256: upload.sha256, group: checkGroup(upload.fields.group), metadata: checkMetadata(metadata) })
+    return await insertStored(deps, caller, kb, { id, name: upload.name, type: upload.type, size: upload.size, sha256: upload.sha256, group: checkGroup(upload.fields.group), metadata: checkMetadata(metadata) }, written)
   } catch (err) {
     await deps.files.delete(key)
     throw err
@@ -135,6 +137,7 @@ export async function uploadText(
   caller: Caller,
   kbId: string,
   body: { name: string; content: string; metadata?: unknown; group?: unknown },
+  written?: WriteKey,
 ): Promise<store.DocumentRow> {
   const kb = await loadKnowledgeBase(deps, caller, kbId, 'build')
   const metadata = checkMetadata(body.metadata)
@@ -149,7 +152,7 @@ export async function uploadText(
   }
   const { size, sha256 } = await deps.files.write(key, [bytes], deps.config.maxUploadBytes)
   try {
-    return await insertStored(deps, caller, kb, { id, name: body.name, type, size, sha256, group, metadata })
+    return await insertStored(deps, caller, kb, { id, name: body.name, type, size, sha256, group, metadata }, written)
   } catch (err) {
     await deps.files.delete(key)
     throw err

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino'
 import { sha256Hex } from '../../lib/crypto'
 import { AppError } from '../../lib/errors'
-import { claimRecord, IDEMPOTENCY_PREFIX, settleRecord } from '../../store/idempotency'
+import { claimRecord, IDEMPOTENCY_PREFIX, settleRecord, type InFlightOwner } from '../../store/idempotency'
 import type { RedisPort } from '../../store/redis'
 
 /**
@@ -38,7 +38,7 @@ export interface ToolResult {
  * answers the result and the HTTP status its REST twin would have had (whether it is kept).
  */
 export async function oncePerId(
-  deps: { redis: RedisPort; log: Logger },
+  deps: { redis: RedisPort; inFlight: InFlightOwner; log: Logger },
   scope: CallScope,
   tool: string,
   args: unknown,
@@ -47,7 +47,7 @@ export async function oncePerId(
   const key = `${IDEMPOTENCY_PREFIX}mcp:${scope.keyId}:${sha256Hex(`${scope.session ?? ''}\n${JSON.stringify(scope.id)}`)}`
   const fingerprint = sha256Hex(`${tool}\n${canonical(args)}`)
   const id = JSON.stringify(scope.id)
-  const kept = await claimRecord<{ result: ToolResult }>(deps.redis, key, fingerprint, {
+  const kept = await claimRecord<{ result: ToolResult }>(deps.inFlight, key, fingerprint, {
     reused: () => new AppError('idempotency_key_reused', `JSON-RPC id ${id} was used for another tool or other arguments; send each new call with a new id`, { param: 'id' }),
     inUse: () => new AppError('idempotency_key_in_use', `the call with JSON-RPC id ${id} is still being processed; retry later`, { param: 'id' }),
   })

@@ -4,6 +4,7 @@ import { newId } from '../../lib/ids'
 import type { ListQuery } from '../../lib/lists'
 import { start } from '../../machines/runner'
 import { RUN_MACHINE_VERSION, runDefinition, runMachine, type RunContext } from '../../machines/workflow-run.machine'
+import type { WriteKey } from '../../store/idempotent-writes'
 import * as runs from '../../store/runs'
 import { onlyUserOf, type Caller } from '../access'
 import { listScope, loadOwned, loadOwnedWithRole } from '../workspaces'
@@ -17,13 +18,20 @@ import { schemaErrors } from '../../lib/json-schema'
 import { loadRow } from '../../machines/definition'
 
 /** Starts a run of the workflow's current version (role `use`): validated inputs, snapshot `running`. */
-export async function createRun(deps: Deps, caller: Caller, workflowId: string, body: { inputs?: unknown; user_id?: string }, requestId: string): Promise<runs.RunRow> {
+export async function createRun(
+  deps: Deps,
+  caller: Caller,
+  workflowId: string,
+  body: { inputs?: unknown; user_id?: string },
+  requestId: string,
+  key?: WriteKey,
+): Promise<runs.RunRow> {
   const { row: wf, role } = await loadOwnedWithRole(deps.db.sql, caller, 'workflow', workflowId, 'use', findWorkflow)
   const only = onlyUserOf(caller, role)
   if (only !== null && body.user_id !== undefined && body.user_id !== only) {
     throw new AppError('forbidden', `below the developer role a key triggers runs as its own user_id (${only}), not ${body.user_id}`, { param: 'user_id' })
   }
-  return startRun(deps, wf, { inputs: body.inputs, userId: body.user_id ?? caller.userId, requestId })
+  return startRun(deps, wf, { inputs: body.inputs, userId: body.user_id ?? caller.userId, requestId }, key)
 }
 
 /**
@@ -34,6 +42,7 @@ export async function startRun(
   deps: Deps,
   wf: WorkflowRow,
   opts: { inputs: unknown; userId: string | null; requestId: string | null },
+  key?: WriteKey,
 ): Promise<runs.RunRow> {
   const inputs = validateInputs(wf.graph, opts.inputs ?? {})
   const initial = start(runMachine, undefined as never)
@@ -47,7 +56,7 @@ export async function startRun(
     snapshot: initial.persisted as runs.RunRow['snapshot'],
     machine_version: RUN_MACHINE_VERSION,
     request_id: opts.requestId,
-  })
+  }, key)
   deps.runs.nudge()
   return row
 }

@@ -1,6 +1,7 @@
 import { newId } from '../../lib/ids'
 import type { ListQuery } from '../../lib/lists'
 import type { Pool } from '../../store/db'
+import { recorded, type WriteKey } from '../../store/idempotent-writes'
 import * as store from '../../store/workflows'
 import type { Action, Caller } from '../access'
 import { access, listScope, loadOwned } from '../workspaces'
@@ -23,19 +24,19 @@ export function loadWorkflow(sql: Pool, caller: Caller, id: string, action: Acti
   return loadOwned(sql, caller, 'workflow', id, action, store.findWorkflow)
 }
 
-export async function createWorkflow(sql: Pool, caller: Caller, workspaceId: string, input: WorkflowInput): Promise<store.WorkflowRow> {
+export async function createWorkflow(sql: Pool, caller: Caller, workspaceId: string, input: WorkflowInput, key?: WriteKey): Promise<store.WorkflowRow> {
   await access(sql, caller, workspaceId, 'build')
   const graph = validateGraph(input.graph)
   await checkReferences(sql, workspaceId, graph)
-  return sql.begin((tx) =>
-    store.insertWorkflow(tx, {
+  return sql.begin(async (tx) =>
+    recorded(tx, key, 'workflow', await store.insertWorkflow(tx, {
       id: newId('wf'),
       workspace_id: workspaceId,
       name: input.name,
       description: input.description ?? '',
       graph,
       created_by: caller.userId,
-    }),
+    })),
   )
 }
 

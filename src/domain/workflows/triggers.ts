@@ -8,6 +8,7 @@ import { serviceSignature } from '../../lib/signing'
 import { start } from '../../machines/runner'
 import { RUN_MACHINE_VERSION, runMachine } from '../../machines/workflow-run.machine'
 import type { Tx } from '../../store/db'
+import { recorded, type WriteKey } from '../../store/idempotent-writes'
 import { insertRuns, type RunRow } from '../../store/runs'
 import * as store from '../../store/triggers'
 import { findWorkflow } from '../../store/workflows'
@@ -130,7 +131,7 @@ export function loadTrigger(deps: Deps, caller: Caller, id: string, action: Acti
   return loadOwned(deps.db.sql, caller, 'trigger', id, action, store.findTrigger)
 }
 
-export async function createTrigger(deps: Deps, caller: Caller, workflowId: string, input: TriggerInput): Promise<store.TriggerRow> {
+export async function createTrigger(deps: Deps, caller: Caller, workflowId: string, input: TriggerInput, key?: WriteKey): Promise<store.TriggerRow> {
   const wf = await loadWorkflow(deps.db.sql, caller, workflowId, 'build')
   const base = { id: newId('trg'), workflow_id: wf.id, workspace_id: wf.workspace_id, type: input.type, enabled: input.enabled ?? true, created_by: caller.userId }
   let row: Parameters<typeof store.insertTrigger>[1]
@@ -149,7 +150,7 @@ export async function createTrigger(deps: Deps, caller: Caller, workflowId: stri
     const secret = input.secret === undefined ? null : deps.secretBox.seal(input.secret)
     row = { ...base, cron: null, timezone: null, inputs, secret_encrypted: secret, next_run_at: null }
   }
-  return deps.db.sql.begin((tx) => store.insertTrigger(tx, row))
+  return deps.db.sql.begin(async (tx) => recorded(tx, key, 'trigger', await store.insertTrigger(tx, row)))
 }
 
 export async function listTriggers(deps: Deps, caller: Caller, workflowId: string, q: ListQuery) {
@@ -222,10 +223,10 @@ export function checkSignature(deps: Deps, trigger: store.TriggerRow, call: Hook
 }
 
 /** Starts the hook's run: inputs rendered from the call and validated against the workflow (400 naming the input). */
-export async function runHook(deps: Deps, trigger: store.TriggerRow, call: HookCall, requestId: string): Promise<RunRow> {
+export async function runHook(deps: Deps, trigger: store.TriggerRow, call: HookCall, requestId: string, key?: WriteKey): Promise<RunRow> {
   const wf = await findWorkflow(deps.db.sql, trigger.workflow_id)
   if (!wf) throw new AppError('not_found', `webhook trigger ${trigger.id} not found`)
-  const run = await startRun(deps, wf, { inputs: renderHookInputs(trigger.inputs, call), userId: `webhook:${trigger.id}`, requestId })
+  const run = await startRun(deps, wf, { inputs: renderHookInputs(trigger.inputs, call), userId: `webhook:${trigger.id}`, requestId }, key)
   await store.recordHookRun(deps.db.sql, trigger.id, run.id)
   return run
 }

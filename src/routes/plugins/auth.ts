@@ -93,7 +93,7 @@ export function authenticated(deps: Deps) {
       const state = stateOf(request)
       // First: the rate limit sent in onRequest (authenticateRequest) decides before anything is done.
       await rateLimited(state)
-      const replay = await beginIdempotency(deps.redis, request, state)
+      const replay = await beginIdempotency(deps, request, state)
       // A replayed answer changes nothing: it is not recorded again.
       if (replay) return replay
       state.audit = await prepareAudit(deps, request.method, route.slice(deps.config.basePath.length), (params ?? {}) as Record<string, string>)

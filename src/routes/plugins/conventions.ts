@@ -3,6 +3,7 @@ import type { Deps } from '../../deps'
 import { authentication } from './auth'
 import { bodies } from './bodies'
 import { errors } from './errors'
+import { answerExistingWrite } from './idempotency'
 import { requestId, requestSpan } from './request-id'
 import { tracingOn } from '../../lib/tracing'
 import { respond, responder } from './respond'
@@ -33,6 +34,6 @@ export function conventions(deps: Deps) {
     .use(securityHeaders(deps.config))
     .use(bodies(deps.config))
     .use(authentication(deps))
-    .use(errors(deps.log, exit))
+    .use(errors(deps.log, exit, (request) => answerExistingWrite(deps, request)))
     .use(respond(exit))
 }

@@ -1,6 +1,7 @@
 import { Elysia, ValidationError } from 'elysia'
 import type { Logger } from 'pino'
 import { AppError, errorBody, type ErrorDetail } from '../../lib/errors'
+import { KeyedWriteExists } from '../../store/idempotent-writes'
 import { RedisUnavailableError } from '../../store/redis'
 import { stateOf } from './request-state'
 import { rateLimited } from './auth'
@@ -13,7 +14,7 @@ import type { Responder } from './respond'
  * dependency that cannot be reached (503 with Retry-After), and anything else as a 500 that names
  * only the request id (the details go to the log).
  */
-export function errors(log: Logger, respond: Responder) {
+export function errors(log: Logger, respond: Responder, existingWrite: (request: Request) => Promise<Response>) {
   /** Redis or the database unreachable (503), else a bug of ours (500, details logged). */
   const failure = (request: Request, error: unknown): AppError => {
     const down = unreachable(error)
@@ -33,6 +34,15 @@ export function errors(log: Logger, respond: Responder) {
         await rateLimited(stateOf(request))
       } catch (refusal) {
         refused = refusal
+      }
+    }
+    if (refused === null && error instanceof KeyedWriteExists) {
+      // Not a failure: the write under this Idempotency-Key was made before; its answer is replayed
+      // (or, if that fails, the failure is the answer, as any refusal).
+      try {
+        return await existingWrite(request)
+      } catch (e) {
+        refused = e
       }
     }
     let err: AppError

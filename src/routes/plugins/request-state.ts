@@ -1,6 +1,7 @@
 import type { Caller } from '../../domain/access'
 import type { PendingAudit } from '../../domain/audit'
 import { newId } from '../../lib/ids'
+import type { WriteKey } from '../../store/idempotent-writes'
 
 /** What the hooks of one request share: kept on the Request, gone with it. */
 export interface RequestState {
@@ -11,7 +12,7 @@ export interface RequestState {
   raw?: string
   caller?: Caller
   /** Set when this request holds an Idempotency-Key record that must be completed. */
-  idem?: { key: string; fingerprint: string }
+  idem?: { key: string; fingerprint: string; write: WriteKey }
   /** Set when this request is a write the audit trail records if it succeeds (src/domain/audit.ts). */
   audit?: PendingAudit
   /**

@@ -39,7 +39,7 @@ export function responder(deps: Deps): Responder {
     const audit = state.audit && status < 400 ? recordAudit(deps, state, status, body) : null
     if (!state.idem && !audit) return respond(request, set, state, route, status, text, headers)
     return (audit ?? Promise.resolve())
-      .then(() => state.idem && completeIdempotency(deps.redis, state, status, text, headers, log))
+      .then(() => state.idem && completeIdempotency(deps, state, status, text, headers))
       .then(() => respond(request, set, state, route, status, text, headers))
   }
 

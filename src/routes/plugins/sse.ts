@@ -52,7 +52,7 @@ export function sseResponse(
   const state = stateOf(request)
   // Recorded at once: the side effect (a run) exists now, however long the stream lasts.
   if (state.idem && idempotent) {
-    completeIdempotency(deps.redis, state, idempotent.status, JSON.stringify(idempotent.body), { 'content-type': 'application/json' }, deps.log).catch(() => {})
+    completeIdempotency(deps, state, idempotent.status, JSON.stringify(idempotent.body), { 'content-type': 'application/json' }).catch(() => {})
   }
   // A streamed write (a run triggered with Accept: text/event-stream) is in the audit trail too.
   void recordAudit(deps, state, 200, idempotent?.body)
@@ -82,7 +82,7 @@ export function sseResponse(
     deps.metrics.observe(request.method, route, 200, seconds)
     deps.access({ request_id: state.id, method: request.method, path: state.path, route, status: 200, ms: Math.round(seconds * 10000) / 10 })
     if (state.idem && sent !== null && complete && replay!.ok()) {
-      completeIdempotency(deps.redis, state, 200, sent, { ...own, 'content-type': 'text/event-stream; charset=utf-8' }, deps.log).catch(() => {})
+      completeIdempotency(deps, state, 200, sent, { ...own, 'content-type': 'text/event-stream; charset=utf-8' }).catch(() => {})
     } else if (state.idem) {
       const key = state.idem.key
       state.idem = undefined

@@ -1,5 +1,6 @@
 import type { ListQuery } from '../../lib/lists'
 import type { Pool, Sql, Tx } from '../db'
+import { insertKeyed, type WriteKey } from '../idempotent-writes'
 import { inWorkspaces, listClauses, type WorkspaceScope } from '../lists'
 import { accessAndBudgetOf, accessBudgetColumns, accessBudgetJoins, type AccessAndBudget, type AccessBudgetColumns } from '../credits'
 
@@ -27,12 +28,12 @@ export interface KnowledgeBaseRow {
   updated_at: Date
 }
 
-export async function insertKnowledgeBase(sql: Sql, kb: Omit<KnowledgeBaseRow, 'created_at' | 'updated_at'>): Promise<KnowledgeBaseRow> {
-  const [row] = await sql<KnowledgeBaseRow[]>`
+export async function insertKnowledgeBase(sql: Sql, kb: Omit<KnowledgeBaseRow, 'created_at' | 'updated_at'>, key?: WriteKey): Promise<KnowledgeBaseRow> {
+  const [row] = await insertKeyed(sql, key, 'knowledge_base', sql<KnowledgeBaseRow[]>`
     insert into knowledge_bases (id, workspace_id, name, description, embedding_model, dimensions, chunking, retrieval_mode, rerank_model, created_by)
     values (${kb.id}, ${kb.workspace_id}, ${kb.name}, ${kb.description}, ${kb.embedding_model}, ${kb.dimensions}, ${sql.json(kb.chunking as never)},
             ${kb.retrieval_mode}, ${kb.rerank_model}, ${kb.created_by})
-    returning *`
+    returning *`)
   return row!
 }
 

@@ -5,6 +5,7 @@ import type { Sql, Tx } from '../db'
 import type { LeaseTable } from '../leases'
 import { listClauses } from '../lists'
 import { writeRowTransition } from '../transitions'
+import { insertKeyed, type WriteKey } from '../idempotent-writes'
 import { traceJson, type TraceCarrier } from '../trace-context'
 
 /** Documents: their rows, their leases and the document machine's transitions. */
@@ -42,12 +43,13 @@ export interface DocumentRow {
 export async function insertDocument(
   sql: Sql,
   d: Pick<DocumentRow, 'id' | 'knowledge_base_id' | 'workspace_id' | 'name' | 'doc_type' | 'group' | 'size_bytes' | 'sha256' | 'metadata' | 'status' | 'snapshot' | 'machine_version' | 'created_by'>,
+  key?: WriteKey,
 ): Promise<DocumentRow> {
-  const [row] = await sql<DocumentRow[]>`
+  const [row] = await insertKeyed(sql, key, 'document', sql<DocumentRow[]>`
     insert into documents (id, knowledge_base_id, workspace_id, name, doc_type, "group", size_bytes, sha256, metadata, status, snapshot, machine_version, created_by, trace_context)
     values (${d.id}, ${d.knowledge_base_id}, ${d.workspace_id}, ${d.name}, ${d.doc_type}, ${d.group}, ${d.size_bytes}, ${d.sha256},
             ${sql.json(d.metadata as never)}, ${d.status}, ${sql.json(d.snapshot as never)}, ${d.machine_version}, ${d.created_by}, ${traceJson(sql)})
-    returning *`
+    returning *`)
   return row!
 }
 

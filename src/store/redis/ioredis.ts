@@ -43,9 +43,16 @@ end
 return out
 `
 
+// Compare and delete: the key goes only if it still holds the value the caller read.
+const DEL_IF = `
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`
+
 type Scripted = Redis & {
   apTake(key: string, capacity: number, rate: number): Promise<[number, string]>
   apClaim(zset: string, hash: string, now: number, limit: number, lease: number): Promise<string[]>
+  apDelIf(key: string, value: string): Promise<number>
 }
 
 const COMMAND_TIMEOUT_MS = 2000
@@ -99,6 +106,7 @@ export class IoRedis implements RedisPort {
     })
     client.defineCommand('apTake', { numberOfKeys: 1, lua: TAKE })
     client.defineCommand('apClaim', { numberOfKeys: 2, lua: CLAIM })
+    client.defineCommand('apDelIf', { numberOfKeys: 1, lua: DEL_IF })
     // Errors surface on the commands themselves (and /readyz); without a listener ioredis logs each one.
     client.on('error', () => {})
     this.client = client as Scripted
@@ -133,6 +141,10 @@ export class IoRedis implements RedisPort {
 
   async del(key: string) {
     await this.run(() => this.client.del(key))
+  }
+
+  async delIfValue(key: string, value: string) {
+    return (await this.run(() => this.client.apDelIf(key, value))) === 1
   }
 
   pttl(key: string) {

@@ -80,6 +80,12 @@ export class MemoryRedis implements RedisPort {
     if (this.values.delete(key) && this.durable(key)) this.journal!.del(key)
   }
 
+  async delIfValue(key: string, value: string) {
+    if (this.live(key)?.value !== value) return false
+    await this.del(key)
+    return true
+  }
+
   async pttl(key: string) {
     const entry = this.live(key)
     return entry ? entry.expiresAt - this.now() : -2

@@ -48,6 +48,8 @@ export interface RedisPort {
   /** `SET key value PX ttl`. */
   set(key: string, value: string, ttlMs: number): Promise<void>
   del(key: string): Promise<void>
+  /** Deletes `key` only while its value is `value` (compare and delete, atomically): true when it did. */
+  delIfValue(key: string, value: string): Promise<boolean>
   /** Remaining time to live in ms; -2 when the key is missing, -1 when it has none. */
   pttl(key: string): Promise<number>
   /** Takes one token from the bucket at `key`, atomically. */
