@@ -6,7 +6,7 @@ export type IdPrefix =
 // Not ULID's monotonic mode: incrementing the random part within a millisecond made every id
 // derivable from its neighbours (a `req_` id, shown in every answer, gave away the trigger ids made
 // in the same millisecond), so ids made within one millisecond are in no particular order; what
-// needs an order within a millisecond keeps its own (docs/architecture.md, "Ids").
+// needs an order within a millisecond keeps its own (docs/api.md, "Ids"; store/agents.ts, messages).
 // Written here rather than taken from the ulid package because every request makes one: the time
 // part is encoded once per millisecond, and the random bytes are drawn 256 ids at a time (one
 // getRandomValues call per 4 KiB; each byte is used once, never reused). Measured in one loop,
