@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { createHmac, randomBytes } from 'node:crypto'
 import { Webhook } from 'standardwebhooks'
 import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '../helpers/harness'
@@ -11,6 +11,9 @@ import { chain, end, start } from '../helpers/runs'
  * replays (X-Signature-256 with a delivery id, Standard Webhooks signed by its own npm package), and
  * credential headers that never reach a run. No workers run: a hook's run is inserted and stays there.
  */
+// Hundreds of calls a test on a busy machine: this file's own limit (the preload's may not reach it).
+setDefaultTimeout(120_000)
+
 let h: Harness
 let flood: Harness
 let owner: string
