@@ -38,6 +38,7 @@ const OWNED_BY: Record<string, [store.OwnedTable, string]> = {
   'POST /v1/workflows/:id/triggers': ['workflows', 'id'],
   'PATCH /v1/triggers/:id': ['triggers', 'id'],
   'DELETE /v1/triggers/:id': ['triggers', 'id'],
+  'POST /v1/workflows/:id/triggers/:trigger_id/rotate': ['triggers', 'trigger_id'],
   'PATCH /v1/knowledge-bases/:id': ['knowledge_bases', 'id'],
   'DELETE /v1/knowledge-bases/:id': ['knowledge_bases', 'id'],
   'POST /v1/knowledge-bases/:id/documents': ['knowledge_bases', 'id'],

@@ -6,7 +6,11 @@ import { Id, Timestamp } from './common.model'
 
 export const TriggerParams = t.Object({ id: Id('trg', 'Trigger id') })
 export const WorkflowTriggerParams = t.Object({ id: Id('wf', 'Workflow id') })
-export const HookParams = t.Object({ trigger_id: Id('trg', 'Trigger id (of a webhook trigger)') })
+export const HookParams = t.Object({
+  trigger_id: Id('trg', 'Trigger id (of a webhook trigger)'),
+  token: t.String({ description: 'The token of the trigger\'s url (the credential of a call)' }),
+})
+export const RotateTriggerParams = t.Object({ id: Id('wf', 'Workflow id'), trigger_id: Id('trg', 'Trigger id (of a webhook trigger)') })
 
 export const triggerList: ListSpec = {
   sortable: { created_at: 'time', updated_at: 'time' },
@@ -65,7 +69,7 @@ export const Trigger = t.Object(
     next_run_at: t.Union([Timestamp, t.Null()], { description: 'The next tick of an enabled schedule; null otherwise' }),
     last_run_at: t.Union([Timestamp, t.Null()]),
     last_run_id: t.Union([t.String(), t.Null()]),
-    url: t.Union([t.String(), t.Null()], { description: 'Webhooks only: where to POST (no API key needed)' }),
+    url: t.Union([t.String(), t.Null()], { description: 'Webhooks only: where to POST (no API key needed): /v1/hooks/<id>/<token>, the token being the credential; POST .../triggers/{trigger_id}/rotate gives it a new one' }),
     created_at: Timestamp,
     updated_at: Timestamp,
   },
@@ -82,6 +86,15 @@ export const DeletedTrigger = t.Object({ id: t.String(), deleted: t.Literal(true
 
 export const HookStarted = t.Object({ request_id: t.String(), run_id: t.String(), status: t.Literal('running') })
 
+export const HookReplayed = t.Object(
+  {
+    request_id: t.String(),
+    run_id: t.Union([t.String(), t.Null()], { description: 'The run the first call with this delivery id started (null while it is still starting it)' }),
+    status: t.Literal('replayed'),
+  },
+  { description: 'A signed call whose delivery id (webhook-id, X-GitHub-Delivery, X-Hook-Delivery) was seen in the last 24 hours: nothing started' },
+)
+
 /** `base` is the origin and BASE_PATH the request came to: a webhook trigger's url is under it. */
 export function toTrigger(row: TriggerRow, base: string): typeof Trigger.static {
   return {
@@ -96,7 +109,7 @@ export function toTrigger(row: TriggerRow, base: string): typeof Trigger.static 
     next_run_at: iso(row.next_run_at),
     last_run_at: iso(row.last_run_at),
     last_run_id: row.last_run_id,
-    url: row.type === 'webhook' ? `${base}/v1/hooks/${row.id}` : null,
+    url: row.type === 'webhook' ? `${base}/v1/hooks/${row.id}/${row.hook_token}` : null,
     created_at: iso(row.created_at)!,
     updated_at: iso(row.updated_at)!,
   }

@@ -141,9 +141,11 @@ type NewMessage = Omit<MessageRow, 'created_at' | 'tool_calls' | 'usage'> & { to
 
 /**
  * Appends messages to a conversation and counts them there, in one statement (the conversation's
- * row is updated, so concurrent turns of one conversation serialise on it). Ids sort by creation, so
- * a turn's question (created first) lists before its answer. A conversation deleted meanwhile takes
- * nothing (no row is answered).
+ * row is updated, so concurrent turns of one conversation serialise on it). Ids are in no order
+ * within a millisecond (src/lib/ids.ts), so each message's created_at is made later than every
+ * earlier one of its conversation, by a millisecond when they would tie: a turn's question (stored
+ * first) lists before its answer, and the messages of one call in their order. A conversation
+ * deleted meanwhile takes nothing (no row is answered).
  */
 export async function appendMessages(tx: Sql, conversationId: string, messages: NewMessage[]): Promise<MessageRow[]> {
   const rows = messages.map((m) => ({
@@ -154,10 +156,14 @@ export async function appendMessages(tx: Sql, conversationId: string, messages: 
     with u as (
       update conversations set message_count = message_count + ${rows.length}, updated_at = clock_timestamp()
       where id = ${conversationId} returning id
+    ), l as (
+      select max(created_at) as at from messages where conversation_id = ${conversationId}
     )
-    insert into messages (id, conversation_id, role, content, agent_version, tool_calls, usage, finish_reason, run_id, request_id)
-    select r.id, u.id, r.role, r.content, r.agent_version, r.tool_calls, r.usage, r.finish_reason, r.run_id, r.request_id
-    from u, jsonb_to_recordset(${tx.json(rows as never)}) as r(id text, role text, content text, agent_version int, tool_calls jsonb, usage jsonb, finish_reason text, run_id text, request_id text)
+    insert into messages (id, conversation_id, role, content, agent_version, tool_calls, usage, finish_reason, run_id, request_id, created_at)
+    select r.id, u.id, r.role, r.content, r.agent_version, r.tool_calls, r.usage, r.finish_reason, r.run_id, r.request_id,
+           greatest(date_trunc('milliseconds', now()), l.at + interval '1 millisecond') + (r.n - 1) * interval '1 millisecond'
+    from u, l, rows from (jsonb_to_recordset(${tx.json(rows as never)}) as (id text, role text, content text, agent_version int, tool_calls jsonb, usage jsonb, finish_reason text, run_id text, request_id text))
+      with ordinality as r(id, role, content, agent_version, tool_calls, usage, finish_reason, run_id, request_id, n)
     returning *`
 }
 

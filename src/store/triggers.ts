@@ -15,6 +15,8 @@ export interface TriggerRow {
   timezone: string | null
   inputs: Record<string, unknown>
   secret_encrypted: string | null
+  /** Webhooks: the token of its URL (/v1/hooks/<id>/<token>); null for schedules. */
+  hook_token: string | null
   next_run_at: Date | null
   last_run_at: Date | null
   last_run_id: string | null
@@ -25,12 +27,12 @@ export interface TriggerRow {
 
 export async function insertTrigger(
   tx: Tx,
-  t: Pick<TriggerRow, 'id' | 'workflow_id' | 'workspace_id' | 'type' | 'enabled' | 'cron' | 'timezone' | 'inputs' | 'secret_encrypted' | 'next_run_at' | 'created_by'>,
+  t: Pick<TriggerRow, 'id' | 'workflow_id' | 'workspace_id' | 'type' | 'enabled' | 'cron' | 'timezone' | 'inputs' | 'secret_encrypted' | 'hook_token' | 'next_run_at' | 'created_by'>,
 ): Promise<TriggerRow> {
   const [row] = await tx<TriggerRow[]>`
-    insert into triggers (id, workflow_id, workspace_id, type, enabled, cron, timezone, inputs, secret_encrypted, next_run_at, created_by)
+    insert into triggers (id, workflow_id, workspace_id, type, enabled, cron, timezone, inputs, secret_encrypted, hook_token, next_run_at, created_by)
     values (${t.id}, ${t.workflow_id}, ${t.workspace_id}, ${t.type}, ${t.enabled}, ${t.cron}, ${t.timezone},
-            ${tx.json(t.inputs as never)}, ${t.secret_encrypted}, ${t.next_run_at}, ${t.created_by})
+            ${tx.json(t.inputs as never)}, ${t.secret_encrypted}, ${t.hook_token}, ${t.next_run_at}, ${t.created_by})
     returning *`
   return row!
 }
@@ -76,6 +78,14 @@ export async function updateTrigger(tx: Tx, id: string, p: TriggerPatch): Promis
       updated_at = now()
     where id = ${id}
     returning *`
+  if (!row) throw notFound('trigger', id)
+  return row
+}
+
+/** A webhook trigger's new URL token: the old one stops working when this commits. */
+export async function rotateHookToken(tx: Tx, id: string, token: string): Promise<TriggerRow> {
+  const [row] = await tx<TriggerRow[]>`
+    update triggers set hook_token = ${token}, updated_at = now() where id = ${id} and type = 'webhook' returning *`
   if (!row) throw notFound('trigger', id)
   return row
 }

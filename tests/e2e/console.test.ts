@@ -388,6 +388,13 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
       expect(text).toContain('enabled')
       expect(text).toContain('disabled')
       expect(await page.locator('section.triggers code', { hasText: hook.body.data.url }).count()).toBe(1)
+      // Rotate URL, confirmed: the page shows the new URL, the one the API now answers.
+      page.once('dialog', (d) => void d.accept())
+      await page.locator('section.triggers button', { hasText: 'Rotate URL' }).click()
+      await waitFor(async () => (await page.locator('section.triggers code').first().textContent()) !== hook.body.data.url, { what: 'the new hook URL shown' })
+      const rotated = (await world.call('GET', `/v1/triggers/${hook.body.data.id}`)).body.data.url
+      expect(rotated).not.toBe(hook.body.data.url)
+      expect(await page.locator('section.triggers code', { hasText: rotated }).count()).toBe(1)
     } finally {
       await world.call('DELETE', `/v1/triggers/${schedule.body.data.id}`)
       await world.call('DELETE', `/v1/triggers/${hook.body.data.id}`)

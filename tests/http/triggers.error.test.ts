@@ -97,8 +97,15 @@ describe('changing', () => {
   })
 })
 
+/** A trigger's hook URL path (its id and token); a made-up token for an id that has none. */
+async function hookPath(id: string): Promise<string> {
+  const res = await h.call('GET', `/v1/triggers/${id}`)
+  const url: string | null = res.status === 200 ? res.body.data.url : null
+  return url ? new URL(url).pathname : `/v1/hooks/${id}/${'x'.repeat(43)}`
+}
+
 describe('calling a hook', () => {
-  const hook = (id: string, body?: unknown, headers?: Record<string, string>) => h.call('POST', `/v1/hooks/${id}`, { key: null, body, headers })
+  const hook = async (id: string, body?: unknown, headers?: Record<string, string>) => h.call('POST', await hookPath(id), { key: null, body, headers })
 
   test('inputs that fail the workflow\'s checks: 400 naming the input, no run', async () => {
     const id = await created({ type: 'webhook', inputs: { who: '{{body.who}}', n: '{{body.n}}' } })
@@ -131,10 +138,10 @@ describe('calling a hook', () => {
 
   test('a body that is not JSON: 400 invalid_json; no body: the templates read nothing', async () => {
     const id = await created({ type: 'webhook', inputs: { who: '{{query.who}}' } })
-    const bad = await h.call('POST', `/v1/hooks/${id}`, { key: null, raw: '{nope', headers: { 'content-type': 'application/json' } })
+    const bad = await h.call('POST', await hookPath(id), { key: null, raw: '{nope', headers: { 'content-type': 'application/json' } })
     expect(bad.status).toBe(400)
     expect(bad.body.error.code).toBe('invalid_json')
-    const none = await h.call('POST', `/v1/hooks/${id}?who=q`, { key: null })
+    const none = await h.call('POST', `${await hookPath(id)}?who=q`, { key: null })
     expect(none.status).toBe(202)
     const [run] = await h.deps.db.sql<{ inputs: unknown }[]>`select inputs from runs where id = ${none.body.run_id}`
     expect(run!.inputs).toEqual({ who: 'q' })
@@ -157,7 +164,7 @@ describe('an archived workspace is read-only', () => {
     const scheduleId = (await h.call('POST', `/v1/workflows/${flow}/triggers`, { key: owner, body: { type: 'schedule', cron: '0 0 1 1 *', inputs: { who: 's' } } })).body.data.id
     expect((await h.call('POST', `/v1/workspaces/${ws}/archive`, { key: owner })).status).toBe(200)
 
-    const res = await h.call('POST', `/v1/hooks/${hookId}`, { key: null, body: { who: 'a' } })
+    const res = await h.call('POST', await hookPath(hookId), { key: null, body: { who: 'a' } })
     expect(res.status).toBe(403)
     expect(res.body.error.code).toBe('forbidden')
     // No workers run here: one round of the schedule worker's own step, on the real database.
@@ -170,7 +177,7 @@ describe('an archived workspace is read-only', () => {
     expect(after!.next_run_at.getTime()).toBeGreaterThan(Date.now())
 
     expect((await h.call('POST', `/v1/workspaces/${ws}/restore`, { key: owner })).status).toBe(200)
-    expect((await h.call('POST', `/v1/hooks/${hookId}`, { key: null, body: { who: 'a' } })).status).toBe(202)
+    expect((await h.call('POST', await hookPath(hookId), { key: null, body: { who: 'a' } })).status).toBe(202)
     await h.deps.db.sql`update triggers set next_run_at = ${new Date(Date.now() - 500)} where id = ${scheduleId}`
     const { started } = await fireDueSchedules(h.deps, 10)
     expect(started).toHaveLength(1)

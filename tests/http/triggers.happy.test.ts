@@ -30,8 +30,9 @@ const META = { version: 'v1', deprecated_warnings: [] }
 const FIELDS = ['created_at', 'cron', 'enabled', 'id', 'inputs', 'last_run_at', 'last_run_id', 'next_run_at', 'timezone', 'type', 'updated_at', 'url', 'workflow_id', 'workspace_id']
 
 const create = (body: Record<string, unknown>, workflow = wf) => env.h.call('POST', `/v1/workflows/${workflow}/triggers`, { key: env.owner, body })
-const hook = (id: string, opts: { body?: unknown; raw?: string; query?: string; headers?: Record<string, string> } = {}) =>
-  env.h.call('POST', `/v1/hooks/${id}${opts.query ?? ''}`, { key: null, body: opts.body, raw: opts.raw, headers: opts.raw !== undefined ? { 'content-type': 'application/json', ...opts.headers } : opts.headers })
+/** A call to a webhook trigger's url (its id and token). */
+const hook = (t: { url: string }, opts: { body?: unknown; raw?: string; query?: string; headers?: Record<string, string> } = {}) =>
+  env.h.call('POST', `${t.url.slice(env.h.base.length)}${opts.query ?? ''}`, { key: null, body: opts.body, raw: opts.raw, headers: opts.raw !== undefined ? { 'content-type': 'application/json', ...opts.headers } : opts.headers })
 
 /** Ticks and runs of a trigger, from the database. */
 const ticksOf = (id: string) => env.h.deps.db.sql<{ tick_at: Date; run_id: string | null }[]>`select tick_at, run_id from trigger_ticks where trigger_id = ${id} order by tick_at`
@@ -154,8 +155,9 @@ describe('webhooks', () => {
     expect(res.status).toBe(201)
     const t = res.body.data
     expect(Object.keys(t).sort()).toEqual(FIELDS)
-    expect(t).toMatchObject({ type: 'webhook', enabled: true, cron: null, timezone: null, next_run_at: null, url: `${env.h.base}/v1/hooks/${t.id}` })
-    const call = await hook(t.id, { body: { user: { name: 'Ada' }, n: 3, tags: ['a', 'b'] }, query: '?src=shop', headers: { 'X-Agent': 'curl' } })
+    expect(t.url).toMatch(new RegExp(`^${env.h.base}/v1/hooks/${t.id}/[A-Za-z0-9]{43}$`))
+    expect(t).toMatchObject({ type: 'webhook', enabled: true, cron: null, timezone: null, next_run_at: null })
+    const call = await hook(t, { body: { user: { name: 'Ada' }, n: 3, tags: ['a', 'b'] }, query: '?src=shop', headers: { 'X-Agent': 'curl' } })
     expect(call.status).toBe(202)
     expect(call.body).toEqual({ request_id: call.headers.get('x-request-id'), run_id: expect.stringMatching(/^run_/), status: 'running' })
     const run = await env.finished(call.body.run_id)
@@ -169,15 +171,15 @@ describe('webhooks', () => {
     const t = (await create({ type: 'webhook', inputs: { who: '{{body.who}}' }, secret })).body.data
     const raw = JSON.stringify({ who: 'Signed' })
     const sig = `sha256=${createHmac('sha256', secret).update(raw).digest('hex')}`
-    const call = await hook(t.id, { raw, headers: { 'X-Signature-256': sig } })
+    const call = await hook(t, { raw, headers: { 'X-Signature-256': sig } })
     expect(call.status).toBe(202)
     expect((await env.finished(call.body.run_id)).inputs).toEqual({ who: 'Signed' })
   })
 
   test('Idempotency-Key: the same run_id again, one run', async () => {
     const t = (await create({ type: 'webhook', inputs: { who: '{{body.who}}' } })).body.data
-    const first = await hook(t.id, { body: { who: 'Once' }, headers: { 'Idempotency-Key': 'order-1' } })
-    const again = await hook(t.id, { body: { who: 'Once' }, headers: { 'Idempotency-Key': 'order-1' } })
+    const first = await hook(t, { body: { who: 'Once' }, headers: { 'Idempotency-Key': 'order-1' } })
+    const again = await hook(t, { body: { who: 'Once' }, headers: { 'Idempotency-Key': 'order-1' } })
     expect(first.status).toBe(202)
     expect(again.status).toBe(202)
     expect(again.body.run_id).toBe(first.body.run_id)
@@ -199,9 +201,9 @@ describe('webhooks', () => {
     expect(page.body.has_more).toBe(true)
     const got = await env.h.call('GET', `/v1/triggers/${a.id}`, { key: env.owner })
     expect(got.body.data).toEqual(a)
-    const changed = await env.h.call('PATCH', `/v1/triggers/${a.id}`, { key: env.owner, body: { inputs: { who: '{{query.who}}' }, secret: 'now-signed-secret' } })
+    const changed = await env.h.call('PATCH', `/v1/triggers/${a.id}`, { key: env.owner, body: { inputs: { who: '{{body.who}}' }, secret: 'now-signed-secret' } })
     expect(changed.status).toBe(200)
-    expect(changed.body.data.inputs).toEqual({ who: '{{query.who}}' })
+    expect(changed.body.data.inputs).toEqual({ who: '{{body.who}}' })
     const deleted = await env.h.call('DELETE', `/v1/triggers/${a.id}`, { key: env.owner })
     expect(deleted.body).toMatchObject({ data: { id: a.id, deleted: true }, meta: META })
     expect((await env.h.call('GET', `/v1/triggers/${a.id}`, { key: env.owner })).status).toBe(404)

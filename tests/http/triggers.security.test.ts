@@ -33,15 +33,19 @@ async function workflowIn(harness: Harness, key: string, workspaceId: string): P
   return res.body.data.id
 }
 
+/** The hook URL path of each webhook trigger made here (its id and token). */
+const paths = new Map<string, string>()
+
 async function trigger(harness: Harness, key: string, workflowId: string, body: Record<string, unknown>): Promise<string> {
   const res = await call(harness, 'POST', `/v1/workflows/${workflowId}/triggers`, { key, body })
   expect(res.status).toBe(201)
+  if (res.body.data.url) paths.set(res.body.data.id, new URL(res.body.data.url).pathname)
   return res.body.data.id
 }
 
 const sign = (secret: string, raw: string) => `sha256=${createHmac('sha256', secret).update(raw).digest('hex')}`
 const hook = (harness: Harness, id: string, raw: string, headers: Record<string, string> = {}) =>
-  call(harness, 'POST', `/v1/hooks/${id}`, { key: null, raw, headers: { 'content-type': 'application/json', ...headers } })
+  call(harness, 'POST', paths.get(id)!, { key: null, raw, headers: { 'content-type': 'application/json', ...headers } })
 
 beforeAll(async () => {
   ;[h, tight] = await Promise.all([
@@ -51,7 +55,7 @@ beforeAll(async () => {
   owner = await keyFor(h, 'sec-owner')
   ws = await workspaceOf(h, owner, 'Secure')
   wf = await workflowIn(h, owner, ws)
-})
+}, 120_000)
 afterAll(async () => {
   await Promise.all([h?.close(), tight?.close()])
 })
@@ -126,7 +130,7 @@ describe('no API key, only on that one path', () => {
 
   test.each([
     ['GET', '/v1/hooks/trg_x'],
-    ['POST', '/v1/hooks/trg_x/more'],
+    ['POST', '/v1/hooks/trg_x/token/more'],
     ['POST', '/v1/hooks'],
     ['GET', '/v1/triggers/trg_x'],
     ['POST', `/v1/workflows/wf_x/triggers`],

@@ -106,8 +106,31 @@ async function triggersSection(path: string, signal: AbortSignal): Promise<HTMLE
         when(t.next_run_at),
         t.last_run_id ? link(`#/runs/${encodeURIComponent(t.last_run_id)}`, when(t.last_run_at)) : when(t.last_run_at),
         badge(t.enabled ? 'enabled' : 'disabled'),
-        t.type === 'webhook' && t.url ? h('code', null, t.url) : '—',
+        t.type === 'webhook' && t.url ? hookUrl(path, t) : '—',
       ]), 'none; a schedule or a hook is added through the API (POST /v1/workflows/{id}/triggers).'))
+}
+
+/**
+ * A hook's URL (its token is the credential) and a button that gives it a new token: POST
+ * .../triggers/{trigger_id}/rotate answers the trigger with its new url; the old one stops working.
+ */
+function hookUrl(path: string, t: Trigger): HTMLElement {
+  const code = h('code', null, t.url ?? '')
+  const status = h('span', { class: 'status', role: 'status' })
+  const rotate = h('button', { type: 'button', class: 'secondary', on: { click: async () => {
+    if (!confirm('Give this hook a new URL? The current URL stops working at once.')) return
+    rotate.disabled = true
+    try {
+      const next = await api<{ data: Trigger }>('POST', `${path}/triggers/${encodeURIComponent(t.id)}/rotate`)
+      code.textContent = next.data.url ?? ''
+      status.textContent = 'New URL: the old one no longer works.'
+    } catch (err) {
+      status.textContent = `Could not rotate: ${(err as Error).message}`
+    } finally {
+      rotate.disabled = false
+    }
+  } } }, 'Rotate URL')
+  return h('div', { class: 'hook-url' }, code, rotate, status)
 }
 
 /** datetime-local (the browser's time zone) ↔ ISO 8601 UTC for the API's created_at filters. */

@@ -1,10 +1,10 @@
 import { Cron } from 'croner'
 import type { Deps } from '../../deps'
-import { safeEqual } from '../../lib/crypto'
+import { safeEqual, sha256Hex } from '../../lib/crypto'
 import { AppError, invalid } from '../../lib/errors'
-import { newId } from '../../lib/ids'
+import { newId, randomBase62 } from '../../lib/ids'
 import type { ListQuery } from '../../lib/lists'
-import { serviceSignature } from '../../lib/signing'
+import { serviceSignature, standardSignature } from '../../lib/signing'
 import { start } from '../../machines/runner'
 import { RUN_MACHINE_VERSION, runMachine } from '../../machines/workflow-run.machine'
 import type { Tx } from '../../store/db'
@@ -87,16 +87,30 @@ const ROOTS = new Set(['body', 'query', 'headers'])
 const PLACEHOLDER = /\{\{([^{}]*)\}\}/g
 
 /**
+ * Headers no input ever reads, even through `{{headers}}` (every header): credentials a sender may
+ * attach, this service's API key among them (src/routes/plugins/auth.ts reads it from Authorization).
+ */
+export const UNMAPPED_HEADERS: readonly string[] = ['authorization', 'proxy-authorization', 'cookie', 'x-api-key']
+
+/**
  * A hook's input template in the workflow renderer's terms: `{{body.x}}` becomes `{{inputs.body.x}}`
  * rendered over `{ inputs: { body, query, headers } }`, so paths, indexes and the typed value of a
  * lone placeholder behave exactly as in workflow templates (src/domain/workflows/templates.ts).
+ * `signed`: the trigger has a secret, whose signature covers only the body, so only the body may be read.
  */
-function hookTemplate(name: string, template: unknown): string {
+function hookTemplate(name: string, template: unknown, signed = false): string {
   if (typeof template !== 'string') throw invalid(`inputs.${name}`, 'must be a template string over {{body.*}}, {{query.*}} or {{headers.*}}')
   const rewritten = template.replace(PLACEHOLDER, (whole, expr: string) => {
-    const root = expr.trim().split(/[.[]/, 1)[0]!
-    if (!ROOTS.has(root)) throw invalid(`inputs.${name}`, `${whole}: placeholders read body, query or headers ({{body.order.id}}, {{query.ref}}, {{headers.x-source}})`)
-    return `{{inputs.${expr.trim()}}}`
+    const path = expr.trim()
+    const [root, next] = path.split(/[.[\]'"]+/, 2)
+    if (!ROOTS.has(root!)) throw invalid(`inputs.${name}`, `${whole}: placeholders read body, query or headers ({{body.order.id}}, {{query.ref}}, {{headers.x-source}})`)
+    if (signed && root !== 'body') {
+      throw invalid(`inputs.${name}`, `${whole}: a trigger with a secret takes its inputs only from the body, which its signature covers (${root} is not signed)`)
+    }
+    if (root === 'headers' && next !== undefined && UNMAPPED_HEADERS.includes(next.toLowerCase())) {
+      throw invalid(`inputs.${name}`, `${whole}: the ${next} header is never passed to a run (credentials: ${UNMAPPED_HEADERS.join(', ')})`)
+    }
+    return `{{inputs.${path}}}`
   })
   try {
     compileTemplate(rewritten)
@@ -106,25 +120,40 @@ function hookTemplate(name: string, template: unknown): string {
   return rewritten
 }
 
-function checkHookInputs(inputs: Record<string, unknown>): Record<string, string> {
+function checkHookInputs(inputs: Record<string, unknown>, signed: boolean): Record<string, string> {
   const out: Record<string, string> = {}
   for (const [name, template] of Object.entries(inputs)) {
-    hookTemplate(name, template)
+    hookTemplate(name, template, signed)
     out[name] = template as string
   }
   return out
 }
 
-/** The run inputs of one hook call; an input whose template reads nothing is left out (its default applies). */
-export function renderHookInputs(templates: Record<string, unknown>, call: HookCall): Record<string, unknown> {
-  const vars = { inputs: { body: call.body ?? null, query: call.query, headers: call.headers }, nodes: {} }
+/**
+ * The run inputs of one hook call; an input whose template reads nothing is left out (its default
+ * applies). A signed trigger's inputs see only the body (a template saved before that rule reads
+ * nothing from the query or headers); no input ever sees UNMAPPED_HEADERS.
+ */
+export function renderHookInputs(templates: Record<string, unknown>, call: HookCall, signed = false): Record<string, unknown> {
+  const headers: Record<string, string> = {}
+  if (!signed) for (const [k, v] of Object.entries(call.headers)) if (!UNMAPPED_HEADERS.includes(k.toLowerCase())) headers[k.toLowerCase()] = v
+  const vars = { inputs: { body: call.body ?? null, query: signed ? {} : call.query, headers }, nodes: {} }
   const out: Record<string, unknown> = {}
   for (const [name, template] of Object.entries(templates)) {
-    const value = render(hookTemplate(name, template), vars)
+    let compiled: string
+    try {
+      compiled = hookTemplate(name, template)
+    } catch {
+      continue
+    }
+    const value = render(compiled, vars)
     if (value !== undefined) out[name] = value
   }
   return out
 }
+
+/** A new hook URL token: 43 base62 characters (256 bits). */
+export const newHookToken = () => randomBase62(43)
 
 /** A trigger the caller may take `action` on; one it may not see answers 404 for the trigger itself. */
 export function loadTrigger(deps: Deps, caller: Caller, id: string, action: Action): Promise<store.TriggerRow> {
@@ -142,13 +171,14 @@ export async function createTrigger(deps: Deps, caller: Caller, workflowId: stri
     parseSchedule(input.cron, timezone)
     const inputs = validateInputs(wf.graph, input.inputs ?? {})
     const next = base.enabled ? nextTick(input.cron, timezone, new Date()) : null
-    row = { ...base, cron: input.cron.trim(), timezone, inputs, secret_encrypted: null, next_run_at: next }
+    row = { ...base, cron: input.cron.trim(), timezone, inputs, secret_encrypted: null, hook_token: null, next_run_at: next }
   } else {
     if (input.cron !== undefined) throw invalid('cron', 'only a schedule takes a cron expression')
     if (input.timezone !== undefined) throw invalid('timezone', 'only a schedule takes a time zone')
-    const inputs = checkHookInputs(input.inputs ?? {})
+    if (input.secret !== undefined) checkSecret(input.secret)
+    const inputs = checkHookInputs(input.inputs ?? {}, input.secret !== undefined)
     const secret = input.secret === undefined ? null : deps.secretBox.seal(input.secret)
-    row = { ...base, cron: null, timezone: null, inputs, secret_encrypted: secret, next_run_at: null }
+    row = { ...base, cron: null, timezone: null, inputs, secret_encrypted: secret, hook_token: newHookToken(), next_run_at: null }
   }
   return deps.db.sql.begin(async (tx) => recorded(tx, key, 'trigger', await store.insertTrigger(tx, row)))
 }
@@ -179,13 +209,43 @@ export async function updateTrigger(deps: Deps, caller: Caller, id: string, inpu
   } else {
     if (input.cron !== undefined) throw invalid('cron', 'only a schedule takes a cron expression')
     if (input.timezone !== undefined) throw invalid('timezone', 'only a schedule takes a time zone')
-    if (input.inputs !== undefined) patch.inputs = checkHookInputs(input.inputs)
+    if (typeof input.secret === 'string') checkSecret(input.secret)
+    // The inputs after the change must fit the secret after it: a signed trigger reads only the body.
+    const signed = input.secret === undefined ? current.secret_encrypted !== null : input.secret !== null
+    if (input.inputs !== undefined || (signed && current.secret_encrypted === null)) patch.inputs = checkHookInputs(input.inputs ?? current.inputs, signed)
     if (input.secret !== undefined) patch.secretEncrypted = input.secret === null ? null : deps.secretBox.seal(input.secret)
   }
   return deps.db.sql.begin(async (tx) => {
     await store.lockTrigger(tx, id)
     return store.updateTrigger(tx, id, patch)
   })
+}
+
+/**
+ * A webhook trigger's URL gets a new token; the old URL stops working when this commits. Named by its
+ * workflow and its id: a trigger of another workflow is 404, a schedule (no URL) 409.
+ */
+export async function rotateHookToken(deps: Deps, caller: Caller, workflowId: string, id: string): Promise<store.TriggerRow> {
+  const current = await loadTrigger(deps, caller, id, 'build')
+  if (current.workflow_id !== workflowId) throw new AppError('not_found', `trigger ${id} not found`)
+  if (current.type !== 'webhook') throw new AppError('conflict', `trigger ${id} is a schedule: only a webhook trigger has a URL to rotate`)
+  return deps.db.sql.begin(async (tx) => {
+    await store.lockTrigger(tx, id)
+    return store.rotateHookToken(tx, id, newHookToken())
+  })
+}
+
+/**
+ * A secret `whsec_<base64>` is a Standard Webhooks secret: its key is the decoded bytes (24 to 64 of
+ * them, as the specification has it); any other secret keys the HMAC with its UTF-8 bytes.
+ */
+function checkSecret(secret: string): void {
+  if (!secret.startsWith('whsec_')) return
+  const b64 = secret.slice(6)
+  const bytes = Buffer.from(b64, 'base64')
+  if (!/^[A-Za-z0-9+/]+={0,2}$/.test(b64) || bytes.length < 24 || bytes.length > 64) {
+    throw invalid('secret', 'a secret starting whsec_ is a Standard Webhooks secret: whsec_ then the base64 of 24 to 64 random bytes')
+  }
 }
 
 export async function deleteTrigger(deps: Deps, caller: Caller, id: string): Promise<void> {
@@ -201,32 +261,92 @@ export interface HookCall {
   headers: Record<string, string>
 }
 
+/** The shape of a hook URL's token; anything else is refused before any lookup. */
+export const HOOK_TOKEN = /^[A-Za-z0-9]{32,128}$/
+
 /**
- * The webhook trigger a call names: a missing one, or a schedule's id, is 404; a disabled one 409; one
- * of an archived (read-only) workspace 403, as a run started with an API key would be.
+ * The webhook trigger a URL names, or null when no webhook trigger has this id and token (the same
+ * answer for both, compared in constant time). One that is disabled is 409; one of an archived
+ * (read-only) workspace 403, as a run started with an API key would be.
  */
-export async function findHook(deps: Deps, id: string): Promise<store.TriggerRow> {
+export async function findHook(deps: Deps, id: string, token: string): Promise<store.TriggerRow | null> {
   const trigger = await store.findHookTrigger(deps.db.sql, id)
-  if (!trigger) throw new AppError('not_found', `webhook trigger ${id} not found`)
+  // Compared even without a trigger, so that an unknown id takes the time a wrong token does.
+  const ok = safeEqual(sha256Hex(token), sha256Hex(trigger?.hook_token ?? ''))
+  if (!trigger || !ok) return null
   if (!trigger.enabled) throw new AppError('conflict', `trigger ${id} is disabled; PATCH enabled: true to accept calls again`)
   if (trigger.workspace_status === 'archived') throw new AppError('forbidden', `workspace ${trigger.workspace_id} is archived and read-only; restore it first`)
   return trigger
 }
 
-/** With a secret, X-Signature-256 must be `sha256=<hex HMAC-SHA256 of the raw body>`, compared in constant time. */
-export function checkSignature(deps: Deps, trigger: store.TriggerRow, call: HookCall): void {
-  if (trigger.secret_encrypted === null) return
-  const sent = call.headers['x-signature-256']
-  if (sent === undefined) throw new AppError('unauthenticated', 'this trigger needs X-Signature-256: sha256=<hex HMAC-SHA256 of the body under its secret>')
-  const expected = serviceSignature(deps.secretBox.open(trigger.secret_encrypted), call.raw)
+/** How far a Standard Webhooks `webhook-timestamp` may be from now, either way (the specification's default). */
+export const SIGNATURE_TOLERANCE_S = 5 * 60
+
+/**
+ * With a secret, a call is signed one of two ways, each compared in constant time (401 otherwise):
+ * Standard Webhooks (`webhook-id`, `webhook-timestamp` within 5 minutes, `webhook-signature`:
+ * `v1,<base64 HMAC-SHA256 of id.timestamp.body>`, any one of its space-separated signatures), or
+ * X-Signature-256: sha256=<hex HMAC-SHA256 of the raw body>. Returns the call's delivery id, which
+ * the replay check keys on: the signed `webhook-id`, else X-GitHub-Delivery or X-Hook-Delivery
+ * (null without one); null for a trigger without a secret.
+ */
+export function checkSignature(deps: Deps, trigger: store.TriggerRow, call: HookCall, now = Date.now()): string | null {
+  if (trigger.secret_encrypted === null) return null
+  const h = call.headers
+  const secret = deps.secretBox.open(trigger.secret_encrypted)
+  if (h['webhook-signature'] !== undefined) {
+    const id = h['webhook-id']
+    const ts = h['webhook-timestamp']
+    if (!id || !ts) throw new AppError('unauthenticated', 'webhook-signature needs webhook-id and webhook-timestamp (Standard Webhooks)')
+    if (!/^\d{1,12}$/.test(ts) || Math.abs(now / 1000 - Number(ts)) > SIGNATURE_TOLERANCE_S) {
+      throw new AppError('unauthenticated', `webhook-timestamp must be the sending time in Unix seconds, within ${SIGNATURE_TOLERANCE_S / 60} minutes of now`)
+    }
+    const expected = standardSignature([secret], id, Number(ts), call.raw).slice(3)
+    const sent = h['webhook-signature'].split(' ').filter((s) => s.startsWith('v1,')).map((s) => s.slice(3))
+    // Every candidate is compared, so the time taken says nothing about which one matched.
+    let match = false
+    for (const s of sent) match = safeEqual(s, expected) || match
+    if (!match) throw new AppError('unauthenticated', 'webhook-signature does not match webhook-id, webhook-timestamp and the body')
+    return id
+  }
+  const sent = h['x-signature-256']
+  if (sent === undefined) {
+    throw new AppError('unauthenticated', 'this trigger needs a signature: X-Signature-256: sha256=<hex HMAC-SHA256 of the body under its secret>, or Standard Webhooks headers (webhook-id, webhook-timestamp, webhook-signature)')
+  }
+  const expected = serviceSignature(secret, call.raw)
   if (!safeEqual(sent.trim().toLowerCase(), expected)) throw new AppError('unauthenticated', 'X-Signature-256 does not match the body')
+  return h['x-github-delivery'] || h['x-hook-delivery'] || null
+}
+
+/** How long a signed call's delivery id is remembered: the same id again within it is a replay. */
+export const DELIVERY_TTL_MS = 24 * 3600_000
+const deliveryKey = (triggerId: string, deliveryId: string) => `hook-delivery:${triggerId}:${sha256Hex(deliveryId)}`
+
+/**
+ * Claims a signed call's delivery id for 24 hours, per trigger. Null when it is new; otherwise the
+ * run the first call started (an empty string while that call is still starting it).
+ */
+export async function claimDelivery(deps: Deps, triggerId: string, deliveryId: string): Promise<string | null> {
+  if (deliveryId.length > 256) throw invalid('delivery_id', 'a delivery id (webhook-id, X-GitHub-Delivery, X-Hook-Delivery) has at most 256 characters')
+  const key = deliveryKey(triggerId, deliveryId)
+  // Claimed for 10 minutes until the run starts (a process that dies meanwhile does not block the id for a day).
+  if (await deps.redis.setIfAbsent(key, '', 10 * 60_000)) return null
+  return (await deps.redis.get(key)) ?? ''
+}
+
+/** The call's run started: a replay answers it. Or it failed before starting one: the sender may retry. */
+export async function settleDelivery(deps: Deps, triggerId: string, deliveryId: string, runId: string | null): Promise<void> {
+  const key = deliveryKey(triggerId, deliveryId)
+  if (runId === null) await deps.redis.del(key)
+  else await deps.redis.set(key, runId, DELIVERY_TTL_MS)
 }
 
 /** Starts the hook's run: inputs rendered from the call and validated against the workflow (400 naming the input). */
 export async function runHook(deps: Deps, trigger: store.TriggerRow, call: HookCall, requestId: string, key?: WriteKey): Promise<RunRow> {
   const wf = await findWorkflow(deps.db.sql, trigger.workflow_id)
   if (!wf) throw new AppError('not_found', `webhook trigger ${trigger.id} not found`)
-  const run = await startRun(deps, wf, { inputs: renderHookInputs(trigger.inputs, call), userId: `webhook:${trigger.id}`, requestId }, key)
+  const inputs = renderHookInputs(trigger.inputs, call, trigger.secret_encrypted !== null)
+  const run = await startRun(deps, wf, { inputs, userId: `webhook:${trigger.id}`, requestId }, key)
   await store.recordHookRun(deps.db.sql, trigger.id, run.id)
   return run
 }

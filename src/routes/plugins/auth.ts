@@ -72,11 +72,14 @@ export function authentication(deps: Deps) {
 }
 
 /**
- * A call to a webhook trigger (POST /v1/hooks/{trigger_id}, src/routes/triggers.ts) needs no API key:
- * the trigger checks its own signature and rate limit. Only that method and that one-segment path.
+ * A call to a webhook trigger (POST /v1/hooks/{trigger_id}/{token}, src/routes/triggers.ts) needs no
+ * API key: the URL's token is the credential, and the trigger checks its own signature and rate limit.
+ * Only that method and paths of one or two segments (one: the URL before tokens, refused there).
  */
 function isHookCall(request: Request, path: string, hookPrefix: string): boolean {
-  return request.method === 'POST' && path.startsWith(hookPrefix) && path.length > hookPrefix.length && !path.includes('/', hookPrefix.length)
+  if (request.method !== 'POST' || !path.startsWith(hookPrefix) || path.length === hookPrefix.length) return false
+  const slash = path.indexOf('/', hookPrefix.length)
+  return slash < 0 || (slash > hookPrefix.length && slash < path.length - 1 && !path.includes('/', slash + 1))
 }
 
 /**

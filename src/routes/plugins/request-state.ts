@@ -48,3 +48,10 @@ export function pathOf(url: string): string {
   const q = url.indexOf('?', start)
   return q < 0 ? url.slice(start) : url.slice(start, q)
 }
+
+const HOOK_TOKEN_IN_PATH = /(\/v1\/hooks\/[^/]*\/)[^/]+$/
+
+/** A path as logs show it: a hook URL's token (its credential) is replaced by `***`. */
+export function loggedPath(path: string): string {
+  return path.replace(HOOK_TOKEN_IN_PATH, '$1***')
+}

@@ -2,7 +2,7 @@ import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { recordAudit } from '../../domain/audit'
 import { completeIdempotency } from './idempotency'
-import { stateOf, type RequestState } from './request-state'
+import { loggedPath, stateOf, type RequestState } from './request-state'
 
 type Set = { headers: Record<string, string | number>; status?: number | string }
 
@@ -54,8 +54,8 @@ export function responder(deps: Deps): Responder {
   ) {
     const seconds = (performance.now() - state.start) / 1000
     metrics.observe(request.method, route, status, seconds)
-    if (status >= 500) log.error({ request_id: state.id, method: request.method, path: state.path, status }, 'request failed')
-    else deps.access({ request_id: state.id, method: request.method, path: state.path, route, status, ms: Math.round(seconds * 10000) / 10 })
+    if (status >= 500) log.error({ request_id: state.id, method: request.method, path: loggedPath(state.path), status }, 'request failed')
+    else deps.access({ request_id: state.id, method: request.method, path: loggedPath(state.path), route, status, ms: Math.round(seconds * 10000) / 10 })
     const response = new Response(text, { status, headers })
     // Everything is in the Response now. Left in `set`, the headers would make Elysia copy it into a
     // second Response, merging them again: a third of /healthz's CPU (bench/README.md).
