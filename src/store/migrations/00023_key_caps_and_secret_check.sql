@@ -12,3 +12,12 @@ where m.workspace_id = k.workspace_id and m.user_id = k.user_id and w.id = k.wor
   and (k.role_limit is null
        or array_position(array['readonly', 'user', 'developer', 'admin'], k.role_limit)
           > array_position(array['readonly', 'user', 'developer', 'admin'], m.role));
+
+-- A known text sealed under SECRET_KEY by the first process that starts on this database: every later
+-- process opens it before serving, so one started with another SECRET_KEY is refused at start-up
+-- instead of failing to open webhook, trigger and MCP header secrets one request at a time.
+create table secret_key_check (
+  id         boolean primary key default true check (id),
+  sealed     text not null,
+  created_at timestamptz not null default now()
+);
