@@ -39,9 +39,12 @@ async function main() {
     exit(2)
   }
   const log = createLogger(config.logLevel)
-  // Before the store opens: a port another process holds is refused at once, not after start-up.
+  // Before the store opens: a port another process holds is refused, not found taken after start-up.
   if (serveHttp && config.port !== 0) {
-    const taken = portTaken(config.host, config.port)
+    const taken = await waitForPort(config.host, config.port, () => {
+      log.warn(`port ${config.port} is in use: waiting up to ${PORT_WAIT_MS} ms for it to be released (a process just killed still holds it)`)
+      flushLogs()
+    })
     if (taken) {
       log.fatal(taken)
       exit(1)
@@ -209,6 +212,22 @@ class PortTakenError extends Error {}
 
 function takenMessage(host: string, port: number): string {
   return `port ${port} (HOST ${host}) is already in use by another process: stop it, or start this one with another PORT`
+}
+
+// `kill -9 <pid>; bun start`: a killed process holds its sockets until the kernel has unmapped its
+// memory (a second or more with gigabytes mapped), the same window the DATA_DIR lock waits out.
+const PORT_WAIT_MS = 5_000
+
+/** Null once `host`:`port` can be bound (within PORT_WAIT_MS), else the refusal's message. */
+async function waitForPort(host: string, port: number, onWait: () => void): Promise<string | null> {
+  const deadline = Date.now() + PORT_WAIT_MS
+  let taken = portTaken(host, port)
+  if (taken) onWait()
+  while (taken && Date.now() < deadline) {
+    await Bun.sleep(100)
+    taken = portTaken(host, port)
+  }
+  return taken
 }
 
 /** The refusal's message when `host`:`port` cannot be bound now (a listener there, without SO_REUSEPORT), else null. */
