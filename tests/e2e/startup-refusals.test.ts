@@ -37,10 +37,10 @@ async function exitCode(sp: ServiceProcess, timeoutMs = 60_000): Promise<number>
 test('a second service started on the port another one holds exits 1 naming the port; the first answers every request', async () => {
   const rootKey = generateKey()
   const first = spawnService({ env: { ...EMBEDDED, DATA_DIR: join(tmp, 'first'), BOOTSTRAP_API_KEY: rootKey } })
-  await first.ready(60_000)
+  await first.ready(180_000)
   const second = spawnService({ port: first.port, env: { ...EMBEDDED, DATA_DIR: join(tmp, 'second'), BOOTSTRAP_API_KEY: generateKey() } })
   // Either outcome is awaited: refused, or (as before) listening beside the first.
-  await second.waitForOutput(/already in use|listening on/, 60_000).catch(() => {})
+  await second.waitForOutput(/already in use|listening on/, 120_000).catch(() => {})
 
   // A new connection per request, so the kernel would spread them over two listeners: each must reach
   // the first (the second's database does not know this root key: it would answer 401).
@@ -57,7 +57,7 @@ test('a second service started on the port another one holds exits 1 naming the 
   // Refused before it opened anything: no database in its DATA_DIR.
   expect(existsSync(join(tmp, 'second', 'pglite'))).toBe(false)
   expect(await first.stop()).toBe(0)
-}, 180_000)
+}, 400_000)
 
 describe('SECRET_KEY', () => {
   test.each([
@@ -70,30 +70,30 @@ describe('SECRET_KEY', () => {
     const { code, output } = await runToExit({
       args: [...args],
       env: { DATABASE_URL: 'postgres://postgres@127.0.0.1:1/none', REDIS_URL: 'redis://127.0.0.1:1', SECRET_KEY: undefined, DATA_DIR: dataDir },
-    }, 60_000)
+    }, 120_000)
     expect(code).toBe(1)
     expect(output).toContain('SECRET_KEY is required in server mode (DATABASE_URL is set)')
     // No key of its own generated in DATA_DIR.
     expect(existsSync(join(dataDir, 'secret.key'))).toBe(false)
-  }, 90_000)
+  }, 180_000)
 
   test('embedded: a restart with another SECRET_KEY (or none, so the generated file) is refused naming SECRET_KEY; the first key starts again', async () => {
     const env = (secret: string | undefined) => ({ ...EMBEDDED, DATA_DIR: join(tmp, 'embedded'), SECRET_KEY: secret })
     const first = spawnService({ env: env(KEY_A) })
-    await first.ready(60_000)
+    await first.ready(180_000)
     expect(await first.stop()).toBe(0)
 
     for (const other of [KEY_B, undefined]) {
-      const { code, output } = await runToExit({ env: env(other) }, 60_000)
+      const { code, output } = await runToExit({ env: env(other) }, 180_000)
       expect(code).toBe(1)
       expect(output).toContain(`SECRET_KEY (${other ? 'from the environment' : `from ${join(tmp, 'embedded', 'secret.key')}`}) cannot open this database's check value`)
       expect(output).not.toContain('listening on')
     }
 
     const again = spawnService({ env: env(KEY_A) })
-    await again.ready(60_000)
+    await again.ready(180_000)
     expect(await again.stop()).toBe(0)
-  }, 240_000)
+  }, 600_000)
 })
 
 const server = Boolean(process.env.DATABASE_URL && process.env.REDIS_URL)
@@ -103,7 +103,7 @@ describe.skipIf(!server)('SECRET_KEY in server mode, on one database', () => {
   beforeAll(async () => {
     // Private plain-HTTP webhook addresses allowed: a webhook (and its sealed secret) is made, never called.
     cluster = await startCluster({ name: 'secretkey', workers: 0, env: { SECRET_KEY: KEY_A, WEBHOOK_ALLOW_HTTP: 'true', WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' } })
-  }, 90_000)
+  }, 180_000)
   afterAll(() => cluster?.close())
 
   test('the first process stored the check value; a process with another SECRET_KEY is refused (exit 1), one with the same starts', async () => {
@@ -120,7 +120,7 @@ describe.skipIf(!server)('SECRET_KEY in server mode, on one database', () => {
     expect((await fetchService(cluster.api, '/healthz')).res.status).toBe(200)
     const worker = await cluster.spawn('worker')
     expect(worker.proc.exitCode).toBeNull()
-  }, 120_000)
+  }, 300_000)
 
   test('a database from before the check value: a secret it already holds decides', async () => {
     const hook = await fetchService(cluster.api, '/v1/webhooks', {
@@ -135,7 +135,7 @@ describe.skipIf(!server)('SECRET_KEY in server mode, on one database', () => {
     expect((await cluster.db`select count(*)::int as n from secret_key_check`)[0]!.n).toBe(0)
     await cluster.spawn('worker')
     expect((await cluster.db`select count(*)::int as n from secret_key_check`)[0]!.n).toBe(1)
-  }, 120_000)
+  }, 300_000)
 
   async function workspace(): Promise<string> {
     const { text } = await fetchService(cluster.api, '/v1/workspaces', {
