@@ -75,6 +75,9 @@ export const EMBEDDED_ENV = { DATABASE_URL: '', REDIS_URL: '' } as const
  * server once it fills, which would throttle the access log and the figures with it), and waits until
  * `readyPath` answers 200.
  */
+/** The SECRET_KEY of server-mode services a bench starts without naming one. */
+export const BENCH_SECRET_KEY = 'bench-secret-key-of-server-mode-processes-0123456789'
+
 export async function startServer(opts: {
   cmd: string[]
   env: Record<string, string>
@@ -86,9 +89,12 @@ export async function startServer(opts: {
   timeoutMs?: number
 }): Promise<Server> {
   const url = `http://127.0.0.1:${opts.port}`
+  const env: Record<string, string | undefined> = { ...process.env, ...opts.env }
+  // Server mode refuses to start without SECRET_KEY; the processes of one bench share this one.
+  if (env.DATABASE_URL && !env.SECRET_KEY) env.SECRET_KEY = BENCH_SECRET_KEY
   const child = Bun.spawn(opts.cmd, {
     cwd: join(import.meta.dir, '..'),
-    env: { ...process.env, ...opts.env },
+    env,
     stdout: Bun.file(opts.logFile),
     stderr: Bun.file(`${opts.logFile}.err`),
     stdin: 'ignore',

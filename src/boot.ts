@@ -11,6 +11,7 @@ import { createMetrics } from './lib/metrics'
 import { startTracing, stopTracing } from './lib/tracing'
 import { redactUrls } from './lib/redact-url'
 import { loadSecretKey, SecretBox } from './lib/secret-box'
+import { requireSecretKey, verifySecretKey } from './domain/secret-key'
 import { openEmbedded, openPostgres, type Database } from './store/db'
 import { openFileStore } from './store/files'
 import { migrate } from './store/migrate'
@@ -93,6 +94,8 @@ export function flushLogs() {
  */
 export async function openDeps(config: Config, opts: { db?: Database; redis?: RedisPort; log?: Logger; defaultMetrics?: boolean } = {}): Promise<Deps> {
   const log = opts.log ?? createLogger(config.logLevel)
+  // Before anything opens: a server-mode process without SECRET_KEY is refused at once.
+  requireSecretKey(config)
   // First: the spans of everything after (the server's requests, the workers' runs) are exported.
   if (config.tracing) {
     await startTracing(config.tracing, '0.1.0')
@@ -117,6 +120,8 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
     await redis.ping()
     const secret = loadSecretKey(config.secretKey, config.dataDir)
     if (secret.generated) log.info({ file: secret.file }, 'SECRET_KEY is unset: generated one (keep this file; every process of a deployment must share it)')
+    const secretBox = new SecretBox(secret.key)
+    await verifySecretKey(db.sql, secretBox, secret.file ? `from ${secret.file}` : 'from the environment')
     const apiKeys = new ApiKeys(db.sql, redis)
     await apiKeys.start()
     // The check before a model call keeps its answers (access-cache.ts): on the embedded database until
@@ -140,7 +145,7 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
       access: createAccessLog(log),
       apiKeys,
       metrics: createMetrics({ defaults: opts.defaultMetrics }),
-      secretBox: new SecretBox(secret.key),
+      secretBox,
       timers: new Timers(redis),
       events,
       runs: { nudge: () => {} },

@@ -5,6 +5,7 @@ import { ConfigError, loadConfig } from './config'
 import type { Deps } from './deps'
 import { CatalogError } from './domain/models/catalog'
 import { DataDirLockedError } from './store/db'
+import { SecretKeyError } from './domain/secret-key'
 import { startWorkers } from './workers'
 
 /** The parent as the process started: read before anything else, so a launcher gone during start-up is noticed too. */
@@ -38,6 +39,17 @@ async function main() {
     exit(2)
   }
   const log = createLogger(config.logLevel)
+  // Before the store opens: a port another process holds is refused, not found taken after start-up.
+  if (serveHttp && config.port !== 0) {
+    const taken = await waitForPort(config.host, config.port, () => {
+      log.warn(`port ${config.port} is in use: waiting up to ${PORT_WAIT_MS} ms for it to be released (a process just killed still holds it)`)
+      flushLogs()
+    })
+    if (taken) {
+      log.fatal(taken)
+      exit(1)
+    }
+  }
   let deps
   try {
     deps = await openDeps(config, { log, defaultMetrics: true })
@@ -45,6 +57,10 @@ async function main() {
     if (err instanceof DataDirLockedError) {
       log.fatal(err.message)
       exit(3)
+    }
+    if (err instanceof SecretKeyError) {
+      log.fatal(err.message)
+      exit(1)
     }
     if (err instanceof CatalogError) {
       console.error(err.message)
@@ -89,7 +105,17 @@ async function main() {
   // the process gracefully instead of by the signal's default action (exit 143, the lock left behind).
   process.on('SIGTERM', () => void shutdown('SIGTERM'))
   process.on('SIGINT', () => void shutdown('SIGINT'))
-  if (serveHttp) server = await listen(deps)
+  if (serveHttp) {
+    try {
+      server = await listen(deps)
+    } catch (err) {
+      // Taken between the check above and now (another process starting at the same moment).
+      if (!(err instanceof PortTakenError)) throw err
+      log.fatal(err.message)
+      await closeDeps(deps).catch(() => {})
+      exit(1)
+    }
+  }
   try {
     if (runWorkers) {
       const starting = startWorkers(deps)
@@ -154,12 +180,21 @@ async function listen(deps: Deps) {
   const { config, log } = deps
   const { buildApp } = await import('./app')
   const app = buildApp(deps)
-  app.listen({
-    port: config.port,
-    hostname: config.host,
-    maxRequestBodySize: config.maxUploadBytes + 1_048_576,
-    ...(config.tls ? { tls: { cert: readFileSync(config.tls.certFile), key: readFileSync(config.tls.keyFile) } } : {}),
-  })
+  try {
+    app.listen({
+      port: config.port,
+      hostname: config.host,
+      // Elysia's Bun adapter asks for SO_REUSEPORT, with which a second process started on this port
+      // (another DATA_DIR, another database) binds it too and the kernel hands it a share of the
+      // connections. One process per port: a port that is taken is refused.
+      reusePort: false,
+      maxRequestBodySize: config.maxUploadBytes + 1_048_576,
+      ...(config.tls ? { tls: { cert: readFileSync(config.tls.certFile), key: readFileSync(config.tls.keyFile) } } : {}),
+    })
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EADDRINUSE') throw new PortTakenError(takenMessage(config.host, config.port))
+    throw err
+  }
   const server = app.server!
   const scheme = config.tls ? 'https' : 'http'
   log.info(
@@ -171,6 +206,39 @@ async function listen(deps: Deps) {
   // The console's script is bundled (or read from CONSOLE_BUNDLE) when its page is first visited, not
   // here: a process whose console nobody opens never holds the bundler's memory (routes/console.ts).
   return server
+}
+
+class PortTakenError extends Error {}
+
+function takenMessage(host: string, port: number): string {
+  return `port ${port} (HOST ${host}) is already in use by another process: stop it, or start this one with another PORT`
+}
+
+// `kill -9 <pid>; bun start`: a killed process holds its sockets until the kernel has unmapped its
+// memory (a second or more with gigabytes mapped), the same window the DATA_DIR lock waits out.
+const PORT_WAIT_MS = 5_000
+
+/** Null once `host`:`port` can be bound (within PORT_WAIT_MS), else the refusal's message. */
+async function waitForPort(host: string, port: number, onWait: () => void): Promise<string | null> {
+  const deadline = Date.now() + PORT_WAIT_MS
+  let taken = portTaken(host, port)
+  if (taken) onWait()
+  while (taken && Date.now() < deadline) {
+    await Bun.sleep(100)
+    taken = portTaken(host, port)
+  }
+  return taken
+}
+
+/** The refusal's message when `host`:`port` cannot be bound now (a listener there, without SO_REUSEPORT), else null. */
+function portTaken(host: string, port: number): string | null {
+  try {
+    Bun.listen({ hostname: host, port, socket: { data() {} } }).stop(true)
+    return null
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EADDRINUSE') return takenMessage(host, port)
+    throw err
+  }
 }
 
 /** Exits after the buffered log lines are written. */

@@ -88,3 +88,8 @@ export function keyAllows(caller: Caller, role: Role): boolean {
 export function roleAtMost(a: Role, b: Role): Role {
   return rank[a] <= rank[b] ? a : b
 }
+
+/** The role limits a member with `role` may give the keys it issues for others: those below its own from admin up, none below admin. */
+export function issuableLimits(role: EffectiveRole): Role[] {
+  return rank[role] < needs.manage ? [] : ROLES.filter((r) => rank[r] < rank[role])
+}

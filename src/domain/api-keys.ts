@@ -125,8 +125,10 @@ export class ApiKeys {
   /**
    * Root may issue any key. Anyone may issue a key for itself. An admin (or the owner) may issue keys
    * restricted to its workspace for members whose role there is below its own: an admin never for
-   * another admin or the owner, who would then act, and be audited, as them. A key's role_limit never
-   * exceeds its issuer's role in the workspace (nor the issuing key's own limit).
+   * another admin or the owner, who would then act, and be audited, as them. Such a key's role_limit
+   * is the member's role when it is issued (or a lower one asked for), so it stays below its issuer
+   * whatever happens to the membership later; a key's role_limit never exceeds the issuing key's own
+   * limit. What a later change of the issuer's membership does to these keys: src/domain/workspaces.ts.
    */
   async create(
     caller: Caller,
@@ -146,9 +148,14 @@ export class ApiKeys {
           const member = await getMember(this.sql, ws.id, input.user_id)
           if (!member) throw invalid('user_id', `is not a member of workspace ${ws.id}`)
           checkBelow(ws, input.user_id, member.role)
+          // Capped at the member's role now (below the issuer's, checkBelow saw to it), stored on the
+          // key: promoting the member later must not turn a key its issuer kept into a stronger one
+          // (demote an admin, mint for it, promote it back: an admin key the issuer holds).
+          roleLimit = roleLimit ? roleAtMost(roleLimit, member.role) : member.role
+        } else if (ws.effective !== 'owner') {
+          // One's own key follows one's role (it never exceeds it); a limit asked above it is lowered.
+          roleLimit = roleLimit ? roleAtMost(roleLimit, ws.effective) : null
         }
-        // The issuer's role caps the key: an admin's keys (its own, or a member's) stay admin keys.
-        if (ws.effective !== 'owner') roleLimit = roleLimit ? roleAtMost(roleLimit, ws.effective) : forSelf ? null : ws.effective
       } else if (!forSelf) {
         throw new AppError('forbidden', 'only a root key may issue keys for other users outside a workspace')
       }

@@ -7,7 +7,8 @@ import * as store from '../store/workspaces'
 import { changingAccess } from '../store/access-generation'
 import { recordWrite, type WriteKey } from '../store/idempotent-writes'
 import type { Role } from '../store/workspaces'
-import { authorize, keyAllows, type Action, type Caller, type EffectiveRole } from './access'
+import { revokeKeysBeyondIssuer, revokeKeysOfFormerMember } from '../store/api-keys'
+import { authorize, issuableLimits, keyAllows, type Action, type Caller, type EffectiveRole } from './access'
 
 export const WORKSPACE_TYPES = ['team', 'personal'] as const
 export const JOIN_POLICIES = ['approve_required', 'invite_only', 'open'] as const
@@ -116,8 +117,9 @@ export async function transferWorkspace(sql: Sql, caller: Caller, id: string, ne
       throw new AppError('conflict', `the new owner must be a member of workspace ${id}; add ${newOwnerId} first`, { param: 'new_owner_id' })
     }
     await store.upsertMember(tx, id, newOwnerId, 'admin')
-    // The previous owner stays, as an admin.
+    // The previous owner stays, as an admin, and keeps only the keys for others an admin could issue.
     await store.upsertMember(tx, id, locked.owner_id, 'admin')
+    await revokeKeysBeyondIssuer(tx, id, locked.owner_id, issuableLimits('admin'))
     return store.setWorkspaceOwner(tx, id, newOwnerId)
   }))
 }
@@ -137,6 +139,12 @@ export async function addMember(sql: Sql, caller: Caller, id: string, userId: st
   }))
 }
 
+/**
+ * Keys outlive the membership that allowed them only as far as it still would: a role change revokes
+ * the keys the member issued for others beyond its new role, a removal revokes the member's keys
+ * restricted to the workspace and every key it issued there (the routes then drop them from every
+ * process's cache: ApiKeys.forgetWorkspace).
+ */
 export async function changeMemberRole(sql: Sql, caller: Caller, id: string, userId: string, role: Role) {
   await access(sql, caller, id, 'manage')
   return changingAccess([id], () => sql.begin(async (tx) => {
@@ -144,7 +152,11 @@ export async function changeMemberRole(sql: Sql, caller: Caller, id: string, use
     if (ws.owner_id === userId && role !== 'admin') {
       throw new AppError('conflict', 'the owner is always an admin; transfer ownership first', { param: 'role' })
     }
-    return store.updateMemberRole(tx, id, userId, role)
+    const member = await store.updateMemberRole(tx, id, userId, role)
+    // The keys it issued for others that its new role could not issue stop working with it: they
+    // were allowed by a role it no longer has (and it may have kept them).
+    if (ws.owner_id !== userId) await revokeKeysBeyondIssuer(tx, id, userId, issuableLimits(role))
+    return member
   }))
 }
 
@@ -153,7 +165,11 @@ export async function removeMember(sql: Sql, caller: Caller, id: string, userId:
   return changingAccess([id], () => sql.begin(async (tx) => {
     const ws = await store.lockWorkspace(tx, id)
     if (ws.owner_id === userId) throw new AppError('conflict', 'the owner cannot be removed; transfer ownership first')
-    return store.deleteMember(tx, id, userId)
+    const member = await store.deleteMember(tx, id, userId)
+    // Its keys restricted to this workspace would come back to life if it were added again, and the
+    // keys it issued here for others were allowed by a membership it no longer has.
+    await revokeKeysOfFormerMember(tx, id, userId)
+    return member
   }))
 }
 

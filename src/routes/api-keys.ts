@@ -26,7 +26,7 @@ export function apiKeyRoutes(deps: Deps) {
       body: CreateApiKey,
       parse: 'json',
       response: { 201: Envelope(CreatedApiKey), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Issue an API key (shown once)', description: 'Root may issue any key; anyone a key for itself; a workspace admin (or the owner) keys restricted to its workspace for members whose role is below its own (an admin never for another admin or the owner: 403). A key never gets a role limit above its issuer\'s role in the workspace, nor above the issuing key\'s own limit; an admin\'s key for a member is capped at admin. The key records who issued it (`issued_by`), and so does every audit entry of its writes.' },
+      detail: { tags, summary: 'Issue an API key (shown once)', description: 'Root may issue any key; anyone a key for itself; a workspace admin (or the owner) keys restricted to its workspace for members whose role is below its own (an admin never for another admin or the owner: 403). A key for a member gets the member\'s role at the time as its `role_limit` (or a lower one asked for), so a later promotion does not raise it; a key for oneself follows one\'s role; no key exceeds the issuing key\'s own limit. The key records who issued it (`issued_by`), and so does every audit entry of its writes.' },
     })
     .get('/api-keys', async ({ caller, requestId, query }) => {
       const q = parseListQuery(query, keyList)

@@ -77,13 +77,16 @@ export function workspaceRoutes(deps: Deps) {
       response: { 200: Envelope(Workspace), ...errors(403, 404, 409, 422) },
       detail: { tags, summary: 'Restore an archived workspace (admin)' },
     })
-    .post('/workspaces/:id/transfer', async ({ caller, requestId, params, body }) =>
-      envelope(requestId, toWorkspace(await workspaces.transferWorkspace(sql, caller, params.id, body.new_owner_id))), {
+    .post('/workspaces/:id/transfer', async ({ caller, requestId, params, body }) => {
+      const ws = await workspaces.transferWorkspace(sql, caller, params.id, body.new_owner_id)
+      await deps.apiKeys.forgetWorkspace(params.id)
+      return envelope(requestId, toWorkspace(ws))
+    }, {
       params: WorkspaceParams,
       body: Transfer,
       parse: 'json',
       response: { 200: Envelope(Workspace), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Transfer ownership to a current member (current owner only)', description: 'The new owner becomes an admin; the previous owner stays an admin member.' },
+      detail: { tags, summary: 'Transfer ownership to a current member (current owner only)', description: 'The new owner becomes an admin; the previous owner stays an admin member, and the keys it issued for other admins are revoked (an admin may not issue them).' },
     })
     .get('/workspaces/:id/members', async ({ caller, requestId, params, query }) => {
       const q = parseListQuery(query, memberList)
@@ -104,20 +107,24 @@ export function workspaceRoutes(deps: Deps) {
       response: { 201: Envelope(Member), ...errors(403, 404, 409, 422) },
       detail: { tags: ['members'], summary: 'Add a member with a role (admin)' },
     })
-    .patch('/workspaces/:id/members/:user_id', async ({ caller, requestId, params, body }) =>
-      envelope(requestId, toMember(await workspaces.changeMemberRole(sql, caller, params.id, params.user_id, body.role))), {
+    .patch('/workspaces/:id/members/:user_id', async ({ caller, requestId, params, body }) => {
+      const member = await workspaces.changeMemberRole(sql, caller, params.id, params.user_id, body.role)
+      await deps.apiKeys.forgetWorkspace(params.id)
+      return envelope(requestId, toMember(member))
+    }, {
       params: MemberParams,
       body: ChangeRole,
       parse: 'json',
       response: { 200: Envelope(Member), ...errors(403, 404, 409, 422) },
-      detail: { tags: ['members'], summary: "Change a member's role (admin); the owner stays admin" },
+      detail: { tags: ['members'], summary: "Change a member's role (admin); the owner stays admin", description: 'The keys the member issued for others that its new role could not issue (below admin: all of them) are revoked at once.' },
     })
     .delete('/workspaces/:id/members/:user_id', async ({ caller, requestId, params }) => {
       const removed = await workspaces.removeMember(sql, caller, params.id, params.user_id)
+      await deps.apiKeys.forgetWorkspace(params.id)
       return envelope(requestId, { workspace_id: removed.workspace_id, user_id: removed.user_id, deleted: true as const })
     }, {
       params: MemberParams,
       response: { 200: Envelope(RemovedMember), ...errors(403, 404, 409, 422) },
-      detail: { tags: ['members'], summary: 'Remove a member (admin); the owner cannot be removed' },
+      detail: { tags: ['members'], summary: 'Remove a member (admin); the owner cannot be removed', description: "The member's keys restricted to the workspace, and the keys it issued there for others, are revoked at once." },
     })
 }

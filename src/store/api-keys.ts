@@ -88,3 +88,30 @@ export async function touchApiKeys(sql: Sql, ids: string[]): Promise<void> {
   if (ids.length === 0) return
   await sql`update api_keys set last_used_at = now() where id in ${sql(ids)}`
 }
+
+/**
+ * A member leaves a workspace: its keys restricted to it, and the keys it issued there for others
+ * (it saw them in plain), are revoked. Returns the revoked ids.
+ */
+export async function revokeKeysOfFormerMember(tx: Tx, workspaceId: string, userId: string): Promise<string[]> {
+  const rows = await tx<{ id: string }[]>`
+    update api_keys set revoked_at = now()
+    where workspace_id = ${workspaceId} and revoked_at is null and not is_root
+      and (user_id = ${userId} or issued_by = ${userId})
+    returning id`
+  return rows.map((r) => r.id)
+}
+
+/**
+ * A member's role drops: the keys it issued in the workspace for others that it could no longer issue
+ * (a role_limit not among `issuable`, or none) are revoked. Returns the revoked ids.
+ */
+export async function revokeKeysBeyondIssuer(tx: Tx, workspaceId: string, issuerId: string, issuable: Role[]): Promise<string[]> {
+  const beyond = issuable.length === 0 ? tx`true` : tx`(role_limit is null or role_limit not in ${tx(issuable)})`
+  const rows = await tx<{ id: string }[]>`
+    update api_keys set revoked_at = now()
+    where workspace_id = ${workspaceId} and revoked_at is null and not is_root
+      and issued_by = ${issuerId} and user_id <> ${issuerId} and ${beyond}
+    returning id`
+  return rows.map((r) => r.id)
+}

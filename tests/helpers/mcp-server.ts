@@ -12,7 +12,7 @@ import { CallToolRequestSchema, ListToolsRequestSchema, type CallToolResult, typ
  *   echo    { text }    text: the text, as is
  *   stats   { region? } structuredContent `{ region, orders, revenue }` (with an outputSchema)
  *   slow    { ms? }     waits `ms` (default 10 s) or until the client cancels, then text `slept`
- *   explode {}          throws: a JSON-RPC error answers
+ *   explode { reveal? } throws: a JSON-RPC error answers (with the request's headers in it, if `reveal`)
  *   refuse  { reason? } a result with `isError: true` and the reason as text
  * Every HTTP request is recorded with its headers and JSON-RPC methods, so tests can assert that
  * credentials and traceparent arrived and count `tools/list` round trips.
@@ -51,11 +51,11 @@ export const TOOLS: Tool[] = [
     outputSchema: { type: 'object', properties: { region: { type: 'string' }, orders: { type: 'integer' }, revenue: { type: 'number' } }, required: ['region', 'orders', 'revenue'] },
   },
   { name: 'slow', description: 'Takes its time', inputSchema: { type: 'object', properties: { ms: { type: 'integer' } } } },
-  { name: 'explode', description: 'Always fails', inputSchema: { type: 'object', properties: {} } },
+  { name: 'explode', description: 'Always fails', inputSchema: { type: 'object', properties: { reveal: { type: 'boolean', description: 'Echo the request\'s headers in the error, as a careless server does' } } } },
   { name: 'refuse', description: 'Answers an error result', inputSchema: { type: 'object', properties: { reason: { type: 'string' } } } },
 ]
 
-async function callTool(name: string, args: Record<string, unknown>, signal: AbortSignal): Promise<CallToolResult> {
+async function callTool(name: string, args: Record<string, unknown>, signal: AbortSignal, headers: Record<string, unknown> = {}): Promise<CallToolResult> {
   switch (name) {
     case 'lookup':
       return { content: [{ type: 'text', text: `record ${String(args.id)}: status open` }] }
@@ -75,7 +75,7 @@ async function callTool(name: string, args: Record<string, unknown>, signal: Abo
       return { content: [{ type: 'text', text: 'slept' }] }
     }
     case 'explode':
-      throw new Error('the lookup table is on fire')
+      throw new Error(args.reveal ? `the lookup table is on fire; the request had ${JSON.stringify(headers)}` : 'the lookup table is on fire')
     case 'refuse':
       return { content: [{ type: 'text', text: `refused: ${String(args.reason ?? 'no reason')}` }], isError: true }
     default:
@@ -86,7 +86,7 @@ async function callTool(name: string, args: Record<string, unknown>, signal: Abo
 function newSession(): { server: Server; transport: WebStandardStreamableHTTPServerTransport } {
   const server = new Server({ name: 'test-mcp', version: '1.0.0' }, { capabilities: { tools: {} } })
   server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: TOOLS }))
-  server.setRequestHandler(CallToolRequestSchema, async (req, extra) => callTool(req.params.name, req.params.arguments ?? {}, extra.signal))
+  server.setRequestHandler(CallToolRequestSchema, async (req, extra) => callTool(req.params.name, req.params.arguments ?? {}, extra.signal, extra.requestInfo?.headers))
   const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: () => randomUUID() })
   return { server, transport }
 }

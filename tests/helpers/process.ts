@@ -34,6 +34,9 @@ export function freePort(): number {
   }
 }
 
+/** The SECRET_KEY of the server-mode processes tests start without naming one: processes sharing a database must share it. */
+export const TEST_SECRET_KEY = 'test-secret-key-of-server-mode-processes-0123456789'
+
 /** A subprocess of the repository's, its output collected as it comes. */
 export interface Spawned {
   proc: Subprocess<'ignore', 'pipe', 'pipe'>
@@ -57,6 +60,9 @@ export interface Spawned {
 export function spawnProcess(cmd: string[], env: Record<string, string | undefined> = {}): Spawned {
   const merged: Record<string, string> = {}
   for (const [k, v] of Object.entries({ ...process.env, ...env })) if (v !== undefined) merged[k] = v
+  // Server mode refuses to start without SECRET_KEY: one shared value unless the test names its own
+  // (or removes it, with `SECRET_KEY: undefined`, to see the refusal).
+  if (merged.DATABASE_URL && !merged.SECRET_KEY && !('SECRET_KEY' in env)) merged.SECRET_KEY = TEST_SECRET_KEY
   const proc = Bun.spawn(cmd, { cwd: root, env: merged, stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' })
   let out = ''
   let stdout = ''

@@ -69,9 +69,9 @@ describe('issuing a workspace key for another member: the whole role matrix', ()
     }
     expect(res.status).toBe(201)
     expect(res.body.data.issued_by).toBe(t.actors[caller])
-    // The key never carries more than its issuer's role: an admin's key for a member is capped at
-    // admin (a key of one's own is capped by one's own role anyway).
-    expect(res.body.data.role_limit).toBe(caller === 'owner' || target === 'self' ? null : caller)
+    // A key for a member is capped at the member's role as it is issued (below its issuer's); a key
+    // of one's own follows one's own role.
+    expect(res.body.data.role_limit).toBe(target === 'self' ? null : target)
   })
 
   test('root issues for the owner (201), the key records root as its issuer', async () => {
@@ -206,5 +206,106 @@ describe('naming another user_id in runs and chats: below developer, only one\'s
       expectError(res, 403, 'forbidden')
       expect(await conversations()).toEqual([])
     }
+  })
+})
+
+/**
+ * A key, a role or a membership must not outlive the check that allowed it. The attack as reported:
+ * an admin demotes another admin, mints a key for it (its role_limit then defaulted to the issuer's
+ * admin), promotes it back, and holds a working admin key that the audit trail attributes to the other.
+ */
+describe('keys outliving the check that allowed them', () => {
+  const setRole = (t: Awaited<ReturnType<typeof team>>, key: string, user: string, role: string) =>
+    h.call('PATCH', `/v1/workspaces/${t.ws}/members/${user}`, { key, body: { role } })
+  const auditOf = async (t: Awaited<ReturnType<typeof team>>) =>
+    (await h.call('GET', `/v1/workspaces/${t.ws}/audit-log?limit=100`, { key: t.ownerKey })).body.data as any[]
+  const works = async (key: string, t: Awaited<ReturnType<typeof team>>) => (await h.call('GET', `/v1/workspaces/${t.ws}`, { key })).status
+
+  test('demote → mint → promote: the key minted for the demoted admin stays a developer key; the audit names the issuer', async () => {
+    const t = await team()
+    const [a, b] = [t.actors.admin, t.targets.admin]
+    expect((await setRole(t, t.keys.admin, b, 'developer')).status).toBe(200)
+    const minted = await h.call('POST', '/v1/api-keys', { key: t.keys.admin, body: { user_id: b, name: 'while demoted', workspace_id: t.ws } })
+    expect(minted.status).toBe(201)
+    expect(minted.body.data).toMatchObject({ user_id: b, issued_by: a, role_limit: 'developer' })
+    expect((await setRole(t, t.keys.admin, b, 'admin')).status).toBe(200)
+
+    // B is an admin again, but the key minted while it was a developer is not admin-capable.
+    const before = (await h.call('GET', `/v1/workspaces/${t.ws}`)).body.data
+    for (const [method, path, body] of [
+      ['PATCH', `/v1/workspaces/${t.ws}`, { name: 'taken over' }],
+      ['POST', `/v1/workspaces/${t.ws}/members`, { user_id: uid('planted'), role: 'admin' }],
+      ['PATCH', `/v1/workspaces/${t.ws}/members/${t.targets.developer}`, { role: 'admin' }],
+      ['POST', '/v1/api-keys', { user_id: t.targets.user, name: 'chain', workspace_id: t.ws }],
+    ] as const) {
+      expectError(await h.call(method, path, { key: minted.body.data.key, body }), 403, 'forbidden')
+    }
+    expect((await h.call('GET', `/v1/workspaces/${t.ws}`)).body.data).toEqual(before)
+    // What a developer may do, it still does (the key works, within its cap).
+    expect(await works(minted.body.data.key, t)).toBe(200)
+
+    // The audit trail: the demotion, the key and the promotion by A, as A; nothing done with the key.
+    const entries = await auditOf(t)
+    const mine = entries.filter((e) => e.api_key_id === minted.body.data.id)
+    expect(mine).toEqual([])
+    const byA = entries.filter((e) => e.user_id === a).map((e) => [e.action, e.resource_id ?? null])
+    expect(byA).toEqual(expect.arrayContaining([
+      ['POST /v1/api-keys', minted.body.data.id],
+      ['PATCH /v1/workspaces/{id}/members/{user_id}', expect.anything()],
+    ]))
+    expect(entries.filter((e) => e.user_id === b)).toEqual([])
+  })
+
+  test('the owner\'s key for a member is capped at the member\'s role too: a later transfer to that member does not raise it', async () => {
+    const t = await team()
+    const dev = t.targets.developer
+    const minted = await h.call('POST', '/v1/api-keys', { key: t.ownerKey, body: { user_id: dev, name: 'owner-issued', workspace_id: t.ws } })
+    expect(minted.body.data.role_limit).toBe('developer')
+    expect((await h.call('POST', `/v1/workspaces/${t.ws}/transfer`, { key: t.ownerKey, body: { new_owner_id: dev } })).status).toBe(200)
+    // The new owner itself may do it; the key minted by the former owner may not.
+    expectError(await h.call('PATCH', `/v1/workspaces/${t.ws}`, { key: minted.body.data.key, body: { name: 'as owner' } }), 403, 'forbidden')
+    expectError(await h.call('DELETE', `/v1/workspaces/${t.ws}`, { key: minted.body.data.key }), 403, 'forbidden')
+  })
+
+  test('an issuer demoted below admin: the keys it issued for others are revoked (it saw them in plain)', async () => {
+    const t = await team()
+    const a = t.actors.admin
+    const issued = await h.call('POST', '/v1/api-keys', { key: t.keys.admin, body: { user_id: t.targets.user, name: 'kept by the issuer', workspace_id: t.ws } })
+    const own = await h.call('POST', '/v1/api-keys', { key: t.keys.admin, body: { user_id: a, name: 'its own', workspace_id: t.ws } })
+    // Cached in this process before the change: the revocation must reach the cache too.
+    expect(await works(issued.body.data.key, t)).toBe(200)
+    expect((await setRole(t, t.ownerKey, a, 'developer')).status).toBe(200)
+    expect(await works(issued.body.data.key, t)).toBe(401)
+    // Its own key follows its role: it works, as a developer.
+    expect(await works(own.body.data.key, t)).toBe(200)
+    expectError(await h.call('PATCH', `/v1/workspaces/${t.ws}`, { key: own.body.data.key, body: { name: 'x' } }), 403, 'forbidden')
+  })
+
+  test('the former owner after a transfer: the keys it issued for admins are revoked, for developers kept', async () => {
+    const t = await team()
+    const forAdmin = await h.call('POST', '/v1/api-keys', { key: t.ownerKey, body: { user_id: t.targets.admin, name: 'owner for admin', workspace_id: t.ws } })
+    const forDev = await h.call('POST', '/v1/api-keys', { key: t.ownerKey, body: { user_id: t.targets.developer, name: 'owner for developer', workspace_id: t.ws } })
+    expect(forAdmin.body.data.role_limit).toBe('admin')
+    expect(await works(forAdmin.body.data.key, t)).toBe(200)
+    expect((await h.call('POST', `/v1/workspaces/${t.ws}/transfer`, { key: t.ownerKey, body: { new_owner_id: t.actors.admin } })).status).toBe(200)
+    // The former owner is an admin now, and an admin may not issue a key for another admin.
+    expect(await works(forAdmin.body.data.key, t)).toBe(401)
+    expect(await works(forDev.body.data.key, t)).toBe(200)
+  })
+
+  test('a removed member: its keys restricted to the workspace and the keys it issued there are revoked, and stay so if it comes back', async () => {
+    const t = await team()
+    const a = t.actors.admin
+    const own = await h.call('POST', '/v1/api-keys', { key: t.keys.admin, body: { user_id: a, name: 'own, restricted', workspace_id: t.ws } })
+    const issued = await h.call('POST', '/v1/api-keys', { key: t.keys.admin, body: { user_id: t.targets.developer, name: 'issued', workspace_id: t.ws } })
+    const byOwner = await h.call('POST', '/v1/api-keys', { key: t.ownerKey, body: { user_id: a, name: 'owner for the leaver', workspace_id: t.ws } })
+    for (const k of [own, issued, byOwner]) expect(await works(k.body.data.key, t)).toBe(200)
+    expect((await h.call('DELETE', `/v1/workspaces/${t.ws}/members/${a}`, { key: t.ownerKey })).status).toBe(200)
+    expect((await h.call('POST', `/v1/workspaces/${t.ws}/members`, { key: t.ownerKey, body: { user_id: a, role: 'admin' } })).status).toBe(201)
+    for (const k of [own, issued, byOwner]) expect(await works(k.body.data.key, t)).toBe(401)
+    // Its unrestricted key is about the user, not the workspace: it follows the new membership.
+    expect(await works(t.keys.admin, t)).toBe(200)
+    const listed = (await h.call('GET', `/v1/api-keys?workspace_id=${t.ws}&limit=100`, { key: t.ownerKey })).body.data as any[]
+    for (const k of [own, issued, byOwner]) expect(listed.find((x) => x.id === k.body.data.id)?.revoked_at).toBeTruthy()
   })
 })

@@ -21,7 +21,7 @@ import { startMcpServer, TOOLS, type McpTestServer } from '../helpers/mcp-server
  */
 
 const PRICING = { input_per_1k: 1, output_per_1k: 2 }
-const LLMS = ['text', 'structured', 'stream', 'slow', 'errors', 'allowed', 'cache', 'secret', 'down', 'died', 'trace', 'guard', 'forgot']
+const LLMS = ['text', 'structured', 'stream', 'slow', 'errors', 'allowed', 'cache', 'secret', 'down', 'died', 'trace', 'guard', 'forgot', 'masked']
 const SECRET = 'Bearer crm-secret-7f3a9c'
 const CALL_TIMEOUT_MS = 1_000
 
@@ -290,6 +290,26 @@ describe('headers are secrets', () => {
     const after = JSON.parse(await rawTools(h, id))[0].headers_sealed
     expect(after.Authorization).toBe(JSON.parse(raw)[0].headers_sealed.Authorization)
     expect(Object.keys(after).sort()).toEqual(['Authorization', 'X-Region'])
+  })
+
+  test('a server that echoes the request\'s headers in its error: no value reaches the model, the conversation or the answer, however short', async () => {
+    // Short values too: a 3-character key, a 1-character flag, a value inside another.
+    const headers = { 'X-Key': 'Q7z', 'X-Flag': '%', Authorization: 'Bearer Q7z-and-more-9c1e' }
+    const id = await agent({ model: 'masked', tools: [crm({ headers })] })
+    fake.script('masked-up', [{ toolCalls: [call('crm__explode', { reveal: true })] }, { text: 'It failed.' }])
+    const res = await chat(id, 'Explode, loudly')
+    expect(res.status).toBe(200)
+    const [exploded] = toolMessages(sent('masked-up').at(-1)!)
+    expect(exploded.output.error.code).toBe('mcp_error')
+    const message: string = exploded.output.error.message
+    // The server did echo them (its own header names are there), and every value is masked.
+    expect(message).toContain('the request had')
+    expect(message).toContain('x-key')
+    for (const value of Object.values(headers)) expect(message).not.toContain(value)
+    expect(message).toContain('"x-key":"***"')
+    expect(message).toContain('"authorization":"***"')
+    const stored = JSON.stringify((await messagesOf(res.body.conversation_id)).at(-1))
+    for (const value of ['Q7z', '%']) expect(stored).not.toContain(value)
   })
 
   test('a kept value needs a stored one of the same server_url; reserved and malformed headers are refused', async () => {

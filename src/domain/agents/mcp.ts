@@ -263,7 +263,11 @@ async function connect(spec: McpServerSpec, listTimeoutMs: number, callTimeoutMs
   }
   const headers: Record<string, string> = {}
   for (const [name, sealed] of Object.entries(spec.sealedHeaders)) headers[name] = spec.open(sealed)
-  const secrets = Object.values(headers).filter((v) => v.length >= 4)
+  // Every value, however short (a 3-character key is still a key), and as JSON writes it; longest
+  // first, so a value holding another is masked whole.
+  const secrets = [...new Set(Object.values(headers).flatMap((v) => [v, JSON.stringify(v).slice(1, -1)]))]
+    .filter((v) => v.length > 0)
+    .sort((a, b) => b.length - a.length)
   const { Client, StreamableHTTPClientTransport } = await loadSdk()
   const transport = new StreamableHTTPClientTransport(url, {
     fetch: pinnedFetch(url, pinned, headers, callTimeoutMs + STREAM_GRACE_MS),
