@@ -1,7 +1,7 @@
 import { Server } from '@modelcontextprotocol/sdk/server/index.js'
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv'
-import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError, type Tool } from '@modelcontextprotocol/sdk/types.js'
+import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError, type JSONRPCMessage, type RequestId, type Tool } from '@modelcontextprotocol/sdk/types.js'
 import type { Static, TSchema } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import type { Deps } from '../../deps'
@@ -96,13 +96,32 @@ export async function handleMcpRequest(tools: readonly McpTool[], call: McpCall,
   })
   // Errors reach the JSON-RPC answer, or the route as call.failure; the SDK's console output is not wanted.
   server.onerror = () => {}
-  const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
+  const transport = new JsonRpcTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
   await server.connect(transport)
   try {
     return await transport.handleRequest(request, { parsedBody: body })
   } finally {
     await server.close()
   }
+}
+
+/**
+ * The SDK's transport, with each JSON-RPC error's message stated once. An McpError's message already
+ * reads "MCP error <code>: <text>", and the SDK sends that message as it is beside the code, so the
+ * client's SDK, which prefixes the code itself, showed "MCP error -32602: MCP error -32602: <text>".
+ * The wire carries the text alone, as JSON-RPC means `message` (the code has its own field).
+ */
+class JsonRpcTransport extends WebStandardStreamableHTTPServerTransport {
+  override send(message: JSONRPCMessage, options?: { relatedRequestId?: RequestId }): Promise<void> {
+    return super.send(withPlainError(message), options)
+  }
+}
+
+export function withPlainError(message: JSONRPCMessage): JSONRPCMessage {
+  if (!('error' in message) || !message.error) return message
+  const prefix = `MCP error ${message.error.code}: `
+  if (!message.error.message.startsWith(prefix)) return message
+  return { ...message, error: { ...message.error, message: message.error.message.slice(prefix.length) } }
 }
 
 /**
