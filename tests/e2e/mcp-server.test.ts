@@ -382,6 +382,20 @@ describe('bad arguments are tool errors naming the field; an unknown tool is JSO
     expect(raw.body.error).toEqual({ code: -32602, message: 'unknown tool "delete_everything"; tools/list names search_knowledge, run_workflow, chat_with_agent, list_resources' })
   })
 
+  test.each([
+    ['tools/call without a name', { method: 'tools/call', params: {} }, 'params.name: '],
+    ['tools/call with a number for a name', { method: 'tools/call', params: { name: 5 } }, 'params.name: '],
+    ['tools/call with arguments that are not an object', { method: 'tools/call', params: { name: 'list_resources', arguments: 'agents' } }, 'params.arguments: '],
+    ['tools/list with a number for a cursor', { method: 'tools/list', params: { cursor: 5 } }, 'params.cursor: '],
+  ])('malformed params: JSON-RPC -32602 naming the field, not an internal error (%s)', async (_, message, start) => {
+    const res = await rpc(owner, { jsonrpc: '2.0', id: 77, ...message })
+    expect(res.status).toBe(200)
+    expect(res.body.id).toBe(77)
+    expect(res.body.error.code).toBe(-32602)
+    expect(res.body.error.message).toStartWith(start)
+    expect(res.body.error.message).not.toContain('[')
+  })
+
   test('a body that is not a JSON-RPC message is a 400 in the error shape', async () => {
     const res = await rpc(owner, { id: 1, method: 'tools/list' })
     expect(res.status).toBe(400)
