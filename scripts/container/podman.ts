@@ -54,7 +54,8 @@ export async function build(args: string[]): Promise<void> {
       if (NOISE.test(line)) continue
       tail.push(line)
       if (tail.length > 30) tail.shift()
-      if (/^STEP \d+\/\d+: /.test(line)) console.log(`   ${line.slice(0, 160)} (${((performance.now() - began) / 1000).toFixed(0)} s)`)
+      // A multi-stage build numbers its stages too: "[2/3] STEP 4/7: RUN ...".
+      if (/^(\[\d+\/\d+\] )?STEP \d+\/\d+: /.test(line)) console.log(`   ${line.slice(0, 160)} (${((performance.now() - began) / 1000).toFixed(0)} s)`)
     }
   }
   const [code] = await Promise.all([proc.exited, read(proc.stdout), read(proc.stderr)])
