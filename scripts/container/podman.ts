@@ -49,16 +49,27 @@ export async function build(args: string[]): Promise<void> {
   const began = performance.now()
   const proc = Bun.spawn(['podman', ...FLAGS, 'build', '--network=host', '--format', 'docker', ...args], { env: ENV, stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' })
   const tail: string[] = []
+  const seconds = () => ((performance.now() - began) / 1000).toFixed(0)
+  let step = 'the build'
+  let stepAt = began
   const read = async (stream: ReadableStream<Uint8Array>) => {
     for await (const line of lines(stream)) {
       if (NOISE.test(line)) continue
       tail.push(line)
       if (tail.length > 30) tail.shift()
       // A multi-stage build numbers its stages too: "[2/3] STEP 4/7: RUN ...".
-      if (/^(\[\d+\/\d+\] )?STEP \d+\/\d+: /.test(line)) console.log(`   ${line.slice(0, 160)} (${((performance.now() - began) / 1000).toFixed(0)} s)`)
+      if (/^(\[\d+\/\d+\] )?STEP \d+\/\d+: /.test(line)) {
+        step = line.slice(0, 60)
+        stepAt = performance.now()
+        console.log(`   ${line.slice(0, 160)} (${seconds()} s)`)
+      }
     }
   }
-  const [code] = await Promise.all([proc.exited, read(proc.stdout), read(proc.stderr)])
+  // One step can take minutes (a package install): still at it, every 30 s of it.
+  const timer = setInterval(() => {
+    if (performance.now() - stepAt >= 29_000) console.log(`   ... ${step} (${seconds()} s)`)
+  }, 30_000)
+  const [code] = await Promise.all([proc.exited, read(proc.stdout), read(proc.stderr)]).finally(() => clearInterval(timer))
   if (code !== 0) throw new Error(`podman build ${args.join(' ')} failed:\n${tail.join('\n')}`)
 }
 
