@@ -63,7 +63,7 @@ const documentation = {
     { name: 'mcp', description: 'The service as an MCP server for AI clients: search, run workflows, chat with agents, list resources (docs/mcp.md)' },
     { name: 'audit', description: 'Who changed what, when: the audit trail of a workspace (docs/audit.md)' },
     { name: 'operations', description: 'Health, readiness and metrics (no authentication)' },
-    { name: 'console', description: 'The management console\'s page and assets (docs/console.md); the console itself calls the API above' },
+    { name: 'console', description: 'The management console\'s page (docs/console.md); the console itself calls the API above' },
   ],
 }
 

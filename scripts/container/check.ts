@@ -17,13 +17,15 @@
  *    is lost, none is done twice.
  *
  * Usage: bun run scripts/container/check.ts [--keep] [--parts=image,embedded,server]
- * (--keep leaves the containers up afterwards; --parts runs some parts only).
+ * (--keep leaves the containers up afterwards; --parts runs some parts only). It prints each build
+ * step as it starts and a line every 30 s of a long wait, and leaves no unnamed (`<none>`) image: the
+ * ones its builds make are removed at the end.
  */
 import postgres from 'postgres'
 import { generateKey } from '../../src/domain/api-keys'
 import { freePort, loadCompose, recreate, up, type Topology } from './compose'
 import { APP_IMAGE, appImage, BUN_IMAGE, bunBase, debianBase, serviceImages, SERVICE_IMAGES } from './images'
-import { cleanUp, imageId, imageSize, logs, podman, PREFIX, state } from './podman'
+import { alive, cleanUp, danglingImages, imageId, imageSize, logs, podman, PREFIX, removeDangling, state } from './podman'
 
 const keep = process.argv.includes('--keep')
 const parts = (process.argv.find((a) => a.startsWith('--parts='))?.slice('--parts='.length) ?? 'image,embedded,server').split(',')
@@ -42,12 +44,15 @@ function check(ok: boolean, what: string, detail?: unknown): void {
 
 async function waitFor<T>(probe: () => Promise<T | null | undefined | false>, what: string, timeoutMs = 60_000, intervalMs = 100): Promise<T> {
   const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const v = await probe().catch(() => null)
-    if (v) return v
-    if (Date.now() > deadline) throw new Error(`container check: timed out after ${timeoutMs} ms waiting for ${what}`)
-    await Bun.sleep(intervalMs)
-  }
+  // A long wait says so every 30 s: the check is alive, and what it waits on.
+  return alive(`waiting for ${what}`, (async () => {
+    for (;;) {
+      const v = await probe().catch(() => null)
+      if (v) return v
+      if (Date.now() > deadline) throw new Error(`container check: timed out after ${timeoutMs} ms waiting for ${what}`)
+      await Bun.sleep(intervalMs)
+    }
+  })())
 }
 
 /** One API call; `null` when nothing answered (a container being killed). */
@@ -438,6 +443,8 @@ async function rolling(topo: Topology, sql: Sql, rec: Receiver, base: string, ke
   )
 }
 
+// The unnamed images there before the check: left alone (what it makes itself is removed at the end).
+const danglingBefore = new Set(await danglingImages())
 try {
   await cleanUp()
   // The image is built in every case (the other parts run it).
@@ -454,4 +461,9 @@ try {
   process.exitCode = 1
 } finally {
   if (!keep) await cleanUp()
+  // Its stages' images and those a rebuilt tag left unnamed, also with --keep (no container uses them).
+  const removed = await removeDangling(danglingBefore)
+  const left = (await danglingImages()).filter((id) => !danglingBefore.has(id))
+  console.log(`${removed} unnamed image(s) the check made removed; ${left.length} left`)
+  if (left.length) process.exitCode = 1
 }

@@ -8,7 +8,7 @@
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
-import { build, imageExists, podman } from './podman'
+import { alive, build, imageExists, podman } from './podman'
 
 export const REPO = resolve(import.meta.dir, '..', '..')
 export const DEBIAN_IMAGE = 'localhost/debian:bookworm-min'
@@ -29,7 +29,7 @@ export async function debianBase(): Promise<void> {
   const mirror = await sh(['bash', join(REPO, '.ci', 'debian-mirror.sh')], "the machine's Debian mirror")
   const rootfs = mkdtempSync(join(tmpdir(), 'apcheck-rootfs-'))
   try {
-    await sh(['debootstrap', '--variant=minbase', 'bookworm', rootfs, mirror], 'debootstrap')
+    await alive('debootstrap', sh(['debootstrap', '--variant=minbase', 'bookworm', rootfs, mirror], 'debootstrap'))
     rmSync(join(rootfs, 'var', 'cache', 'apt', 'archives'), { recursive: true, force: true })
     mkdirSync(join(rootfs, 'var', 'cache', 'apt', 'archives', 'partial'), { recursive: true })
     for (const f of readdirSync(join(rootfs, 'var', 'lib', 'apt', 'lists'))) if (f !== 'partial' && f !== 'lock') rmSync(join(rootfs, 'var', 'lib', 'apt', 'lists', f), { force: true })

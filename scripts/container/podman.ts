@@ -41,10 +41,85 @@ export async function podman(args: string[], opts: { allowFail?: boolean; stdin?
   return { code, out: out.trim(), err: said }
 }
 
-/** A build, streaming nothing but failing with its last lines. */
+/**
+ * A build: each of its steps printed as it starts (a build runs for minutes, and a CI log that says
+ * nothing meanwhile looks hung), and on failure its last lines.
+ */
 export async function build(args: string[]): Promise<void> {
-  const r = await podman(['build', '--network=host', '--format', 'docker', ...args], { allowFail: true })
-  if (r.code !== 0) throw new Error(`podman build ${args.join(' ')} failed:\n${(r.out + '\n' + r.err).split('\n').slice(-30).join('\n')}`)
+  const began = performance.now()
+  const proc = Bun.spawn(['podman', ...FLAGS, 'build', '--network=host', '--format', 'docker', ...args], { env: ENV, stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' })
+  const tail: string[] = []
+  const seconds = () => ((performance.now() - began) / 1000).toFixed(0)
+  let step = 'the build'
+  let stepAt = began
+  const read = async (stream: ReadableStream<Uint8Array>) => {
+    for await (const line of lines(stream)) {
+      if (NOISE.test(line)) continue
+      tail.push(line)
+      if (tail.length > 30) tail.shift()
+      // A multi-stage build numbers its stages too: "[2/3] STEP 4/7: RUN ...".
+      if (/^(\[\d+\/\d+\] )?STEP \d+\/\d+: /.test(line)) {
+        step = line.slice(0, 60)
+        stepAt = performance.now()
+        console.log(`   ${line.slice(0, 160)} (${seconds()} s)`)
+      }
+    }
+  }
+  // One step can take minutes (a package install): still at it, every 30 s of it.
+  const timer = setInterval(() => {
+    if (performance.now() - stepAt >= 29_000) console.log(`   ... ${step} (${seconds()} s)`)
+  }, 30_000)
+  const [code] = await Promise.all([proc.exited, read(proc.stdout), read(proc.stderr)]).finally(() => clearInterval(timer))
+  if (code !== 0) throw new Error(`podman build ${args.join(' ')} failed:\n${tail.join('\n')}`)
+}
+
+async function* lines(stream: ReadableStream<Uint8Array>): AsyncGenerator<string> {
+  const decoder = new TextDecoder()
+  let buffered = ''
+  for await (const chunk of stream) {
+    buffered += decoder.decode(chunk, { stream: true })
+    const parts = buffered.split('\n')
+    buffered = parts.pop()!
+    yield* parts
+  }
+  if (buffered) yield buffered
+}
+
+/**
+ * `work`, with a line every `everyMs` while it lasts (a step that prints nothing of its own, such as
+ * debootstrap or a wait for containers to settle), so that a CI log shows the check is alive.
+ */
+export async function alive<T>(what: string, work: Promise<T>, everyMs = 30_000): Promise<T> {
+  const began = performance.now()
+  const timer = setInterval(() => console.log(`   ... ${what} (${((performance.now() - began) / 1000).toFixed(0)} s)`), everyMs)
+  try {
+    return await work
+  } finally {
+    clearInterval(timer)
+  }
+}
+
+/** The ids of the images with neither a name nor a child: what `podman images` lists as `<none>`. */
+export async function danglingImages(): Promise<string[]> {
+  const r = await podman(['images', '--filter', 'dangling=true', '--quiet', '--no-trunc'], { allowFail: true })
+  return r.out.split('\n').filter(Boolean)
+}
+
+/**
+ * Removes the unnamed images the check made: those of its builds' stages (deps, build) and the
+ * images a rebuilt tag left behind, none that were there before it began (`before`). Removing one
+ * can leave its parent layer unnamed and childless in turn: repeated until none is new.
+ */
+export async function removeDangling(before: Set<string>): Promise<number> {
+  let removed = 0
+  for (let round = 0; round < 10; round++) {
+    const made = (await danglingImages()).filter((id) => !before.has(id))
+    if (made.length === 0) break
+    // Not --force: an image a container still uses (--keep) stays.
+    await podman(['rmi', ...made], { allowFail: true })
+    removed += made.length
+  }
+  return removed
 }
 
 export const imageExists = async (ref: string) => (await podman(['image', 'exists', ref], { allowFail: true })).code === 0

@@ -14,6 +14,7 @@ import { Envelope, envelope, errors, ListOf, ListQuery } from './common.model'
 import { authenticated } from './plugins/auth'
 import { writeKey } from './plugins/idempotency'
 import { errorEvent, sseResponse, type SseEvent } from './plugins/sse'
+import { AgentChatStream } from './streams.model'
 
 const agentList: ListSpec = {
   sortable: { created_at: 'time', updated_at: 'time', name: 'text' },
@@ -52,8 +53,8 @@ export function agentRoutes(deps: Deps) {
     }, {
       body: CreateAgent,
       parse: 'json',
-      response: { 201: Envelope(Agent), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Create an agent (developer)', description: 'The model must be an llm of the catalogue; knowledge bases and workflows must be of the same workspace; a chatflow\'s workflow must declare a string input "message". New agents are active at version 1.' },
+      response: { 201: Envelope(Agent, 'The agent created'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'createAgent', tags, summary: 'Create an agent (developer)', description: 'The model must be an llm of the catalogue; knowledge bases and workflows must be of the same workspace; a chatflow\'s workflow must declare a string input "message". New agents are active at version 1.' },
     })
     .get('/agents', async ({ caller, requestId, query, headers }) => {
       const q = parseListQuery(query, agentList)
@@ -66,28 +67,28 @@ export function agentRoutes(deps: Deps) {
         status: t.Optional(t.String({ description: 'active or disabled' })),
         name: t.Optional(t.String({ description: 'Exactly this name' })),
       }),
-      response: { 200: ListOf(Agent), ...errors(403, 404) },
-      detail: { tags, summary: 'List the agents of every workspace the caller can read (workspace_id: of one)' },
+      response: { 200: ListOf(Agent, 'A page of agents'), ...errors(403, 404) },
+      detail: { operationId: 'listAgents', tags, summary: 'List the agents of every workspace the caller can read (workspace_id: of one)' },
     })
     .get('/agents/:id', async ({ caller, requestId, params }) => envelope(requestId, toAgent(await agents.loadAgent(deps, caller, params.id, 'read'))), {
       params: AgentParams,
-      response: { 200: Envelope(Agent), ...errors(404) },
-      detail: { tags, summary: 'Get an agent' },
+      response: { 200: Envelope(Agent, 'The agent'), ...errors(404) },
+      detail: { operationId: 'getAgent', tags, summary: 'Get an agent' },
     })
     .patch('/agents/:id', async ({ caller, requestId, params, body }) => envelope(requestId, toAgent(await agents.updateAgent(deps, caller, params.id, body as agents.AgentPatch))), {
       params: AgentParams,
       body: PatchAgent,
       parse: 'json',
-      response: { 200: Envelope(Agent), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Change an agent (developer); its version goes up by one', description: 'The fields given replace the stored ones; the result is checked as at creation. Messages record the version that answered them.' },
+      response: { 200: Envelope(Agent, 'The agent as changed, its version one up'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'updateAgent', tags, summary: 'Change an agent (developer); its version goes up by one', description: 'The fields given replace the stored ones; the result is checked as at creation. Messages record the version that answered them.' },
     })
     .delete('/agents/:id', async ({ caller, requestId, params }) => {
       await agents.deleteAgent(deps, caller, params.id)
       return envelope(requestId, { id: params.id, deleted: true as const })
     }, {
       params: AgentParams,
-      response: { 200: Envelope(t.Object({ id: t.String(), deleted: t.Literal(true) })), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Delete an agent with its conversations (developer)' },
+      response: { 200: Envelope(t.Object({ id: t.String(), deleted: t.Literal(true) }), 'The agent was deleted'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'deleteAgent', tags, summary: 'Delete an agent with its conversations (developer)' },
     })
     .post('/agents/:id/chat', async ({ caller, requestId, params, body, request, set, route }) => {
       const turn = await prepareTurn(deps, caller, params.id, body, requestId)
@@ -114,6 +115,8 @@ export function agentRoutes(deps: Deps) {
       parse: 'json',
       response: { 200: ChatAnswer, ...errors(402, 403, 404, 409, 422, 502, 504) },
       detail: {
+        operationId: 'chatWithAgent',
+        ...AgentChatStream,
         tags,
         summary: 'Chat with an agent; stream: true with Accept: text/event-stream for server-sent events',
         description: 'A new conversation when conversation_id is omitted; one of another agent or user_id is 404. Streams send message (delta), tool_call, tool_result, usage and done (finish_reason) events, or an error event if the turn fails after the first byte; the X-Conversation-Id header names the conversation. The answer, its tool calls, usage and credits are stored in one transaction, also what was produced when the client leaves mid-stream.',
@@ -129,8 +132,8 @@ export function agentRoutes(deps: Deps) {
       query: ListQuery('created_at, updated_at (default -updated_at: newest activity first)', {
         user_id: t.Optional(t.String({ maxLength: 128, description: 'Only this end user\'s conversations' })),
       }),
-      response: { 200: ListOf(Conversation), ...errors(404) },
-      detail: { tags, summary: 'List an agent\'s conversations, newest first', description: 'Below the developer role a caller sees only the conversations of its own user_id.' },
+      response: { 200: ListOf(Conversation, 'A page of the agent\'s conversations'), ...errors(404) },
+      detail: { operationId: 'listConversations', tags, summary: 'List an agent\'s conversations, newest first', description: 'Below the developer role a caller sees only the conversations of its own user_id.' },
     })
     .get('/conversations/:conversation_id', async ({ caller, requestId, params, query }) => {
       const q = parseListQuery(query, messageList)
@@ -140,15 +143,15 @@ export function agentRoutes(deps: Deps) {
     }, {
       params: ConversationParams,
       query: ListQuery('created_at', { role: t.Optional(t.String({ description: 'user or assistant' })) }),
-      response: { 200: Envelope(ConversationHistory), ...errors(404) },
-      detail: { tags, summary: 'A conversation with its messages (tool calls, usage), a page at a time (newest first by default; sort=created_at for oldest first)' },
+      response: { 200: Envelope(ConversationHistory, 'The conversation with a page of its messages'), ...errors(404) },
+      detail: { operationId: 'getConversation', tags, summary: 'A conversation with its messages (tool calls, usage), a page at a time (newest first by default; sort=created_at for oldest first)' },
     })
     .delete('/conversations/:conversation_id', async ({ caller, requestId, params }) => {
       await conversations.deleteConversation(deps, caller, params.conversation_id)
       return envelope(requestId, { id: params.conversation_id, deleted: true as const })
     }, {
       params: ConversationParams,
-      response: { 200: Envelope(t.Object({ id: t.String(), deleted: t.Literal(true) })), ...errors(403, 404) },
-      detail: { tags, summary: 'Delete a conversation with its messages' },
+      response: { 200: Envelope(t.Object({ id: t.String(), deleted: t.Literal(true) }), 'The conversation was deleted'), ...errors(403, 404) },
+      detail: { operationId: 'deleteConversation', tags, summary: 'Delete a conversation with its messages' },
     })
 }

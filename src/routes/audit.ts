@@ -24,8 +24,9 @@ export function auditRoutes(deps: Deps) {
         created_at_after: t.Optional(t.String({ description: 'Made after this time (ISO 8601)' })),
         created_at_before: t.Optional(t.String({ description: 'Made before this time (ISO 8601)' })),
       }),
-      response: { 200: ListOf(AuditEntry), ...errors(403, 404) },
+      response: { 200: ListOf(AuditEntry, 'A page of audit entries, newest first'), ...errors(403, 404) },
       detail: {
+        operationId: 'listAuditLog',
         tags: ['audit'],
         summary: 'The audit trail of a workspace: every write, who made it, when, with its request id (admin)',
         description: 'Newest first by default. Searches, model calls and agent chat turns are not recorded (docs/audit.md).',

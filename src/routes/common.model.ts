@@ -1,3 +1,4 @@
+import { CloneType } from '@sinclair/typebox'
 import { t, type TSchema } from 'elysia'
 import { errorStatus } from '../lib/errors'
 
@@ -24,11 +25,19 @@ export const ErrorBody = t.Object(
 
 export const Meta = t.Object({ version: t.Literal('v1'), deprecated_warnings: t.Array(t.String()) })
 
-/** The general envelope `{ request_id, data, meta }` (docs/decisions.md, "Workspaces"). */
-export const Envelope = <T extends TSchema>(data: T) => t.Object({ request_id: RequestId, data, meta: Meta })
+/**
+ * The general envelope `{ request_id, data, meta }` (docs/decisions.md, "Workspaces"). `description`
+ * is what the OpenAPI document says of the answer (the generator takes a response's description from
+ * its schema's).
+ */
+export const Envelope = <T extends TSchema>(data: T, description?: string) => t.Object({ request_id: RequestId, data, meta: Meta }, description ? { description } : {})
 
-export const ListOf = <T extends TSchema>(item: T) =>
-  t.Object({ request_id: RequestId, data: t.Array(item), next_cursor: t.Union([t.String(), t.Null()]), has_more: t.Boolean() })
+/** A page of a list; `description` as for Envelope. */
+export const ListOf = <T extends TSchema>(item: T, description?: string) =>
+  t.Object({ request_id: RequestId, data: t.Array(item), next_cursor: t.Union([t.String(), t.Null()]), has_more: t.Boolean() }, description ? { description } : {})
+
+/** A response schema described for the OpenAPI document, the schema itself left as it is. */
+export const Described = <T extends TSchema>(schema: T, description: string): T => CloneType(schema, { description })
 
 /** List query parameters; filters are validated by the list's own spec (unknown ones are 400). */
 export const ListQuery = (sortable: string, filters: Record<string, TSchema> = {}) =>

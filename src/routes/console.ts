@@ -86,22 +86,29 @@ export function consoleRoutes(deps: Deps) {
     return new Response(page, { headers: headers('text/html; charset=utf-8') })
   }
   // Documented like /metrics: no authentication (the page signs in to the API itself), not JSON.
-  const doc = (summary: string, type: string) => ({
-    detail: { tags: ['console'], summary, security: [], responses: { 200: { description: summary, content: { [type]: { schema: { type: 'string' as const } } } } } },
-  })
-  const page200 = doc('The console\'s page (docs/console.md): sign in with an API key', 'text/html')
+  const page200 = {
+    detail: {
+      operationId: 'getConsole',
+      tags: ['console'],
+      summary: 'The console\'s page (docs/console.md): sign in with an API key',
+      security: [],
+      responses: { 200: { description: 'The console\'s page (HTML); it loads its script and stylesheet from /console/', content: { 'text/html': { schema: { type: 'string' as const } } } } },
+    },
+  }
+  // The page's files are no API: left out of the OpenAPI document, like the reference UI's own.
+  const asset = { detail: { hide: true } }
   return new Elysia({ name: 'routes.console' })
     .get(base, html, page200)
     // The same page with a trailing slash, left out of the OpenAPI document (one path, one operation).
     .get(`${base}/`, html, { detail: { hide: true } })
-    .get(`${base}/app.js`, async () => new Response(await script(), { headers: headers('text/javascript; charset=utf-8') }), doc('The console\'s script, bundled from src/console by Bun', 'text/javascript'))
+    .get(`${base}/app.js`, async () => new Response(await script(), { headers: headers('text/javascript; charset=utf-8') }), asset)
     .get(`${base}/app.css`, () => {
       styles ??= readFileSync(join(ROOT, 'style.css'), 'utf8')
       return new Response(styles, { headers: headers('text/css; charset=utf-8') })
-    }, doc('The console\'s stylesheet', 'text/css'))
+    }, asset)
     .get(`${base}/vendor/mermaid.min.js`, () => {
       mermaid ??= Bun.file(MERMAID)
       // The file changes only with the installed package: a day in the browser's cache.
       return new Response(mermaid, { headers: headers('text/javascript; charset=utf-8', 'public, max-age=86400') })
-    }, doc('Mermaid, from node_modules, for the console\'s state diagrams', 'text/javascript'))
+    }, asset)
 }

@@ -71,7 +71,8 @@ export function docsRoutes(documentation: Record<string, unknown>, named: Record
       path: '/docs',
       specPath: RAW,
       provider: null,
-      // staticFile: false, or the console's assets (paths with a dot) would be left out silently.
+      // staticFile: false: a path with a dot is documented unless its route says `hide` (the console's
+      // files do), rather than left out silently.
       exclude: { paths: ['/docs', '/docs/json', RAW], staticFile: false },
       documentation,
     }))

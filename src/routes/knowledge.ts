@@ -7,7 +7,7 @@ import { searchKnowledgeBase } from '../domain/knowledge/search'
 import { resolveWorkspaceId } from '../domain/workspaces'
 import { invalid } from '../lib/errors'
 import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
-import { Envelope, envelope, errors, ListOf, ListQuery } from './common.model'
+import { Described, Envelope, envelope, errors, ListOf, ListQuery } from './common.model'
 import {
   CreateKnowledgeBase, Document, DocumentParams, DocumentStatus, documentStatus, KnowledgeBase, KnowledgeBaseParams, PatchKnowledgeBase, SearchBody,
   SearchResults, TextUpload, toDocument, toKnowledgeBase, Uploaded, uploaded,
@@ -50,8 +50,8 @@ export function knowledgeRoutes(deps: Deps) {
     }, {
       body: CreateKnowledgeBase,
       parse: 'json',
-      response: { 201: Envelope(KnowledgeBase), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Create a knowledge base (developer)', description: 'Defaults: local-embed (384 dimensions), local-rerank, chunk_size 256 / chunk_overlap 32 tokens, hybrid retrieval. See docs/knowledge.md.' },
+      response: { 201: Envelope(KnowledgeBase, 'The knowledge base created'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'createKnowledgeBase', tags, summary: 'Create a knowledge base (developer)', description: 'Defaults: local-embed (384 dimensions), local-rerank, chunk_size 256 / chunk_overlap 32 tokens, hybrid retrieval. See docs/knowledge.md.' },
     })
     .get('/knowledge-bases', async ({ caller, requestId, query, headers }) => {
       const q = parseListQuery(query, baseList)
@@ -64,20 +64,21 @@ export function knowledgeRoutes(deps: Deps) {
         created_at_after: t.Optional(t.String()),
         created_at_before: t.Optional(t.String()),
       }),
-      response: { 200: ListOf(KnowledgeBase), ...errors(403, 404) },
-      detail: { tags, summary: 'List the knowledge bases of every workspace the caller can read (workspace_id: of one)' },
+      response: { 200: ListOf(KnowledgeBase, 'A page of knowledge bases'), ...errors(403, 404) },
+      detail: { operationId: 'listKnowledgeBases', tags, summary: 'List the knowledge bases of every workspace the caller can read (workspace_id: of one)' },
     })
     .get('/knowledge-bases/:id', async ({ caller, requestId, params }) => envelope(requestId, toKnowledgeBase(await bases.loadKnowledgeBase(deps, caller, params.id, 'read'))), {
       params: KnowledgeBaseParams,
-      response: { 200: Envelope(KnowledgeBase), ...errors(404) },
-      detail: { tags, summary: 'Get a knowledge base' },
+      response: { 200: Envelope(KnowledgeBase, 'The knowledge base'), ...errors(404) },
+      detail: { operationId: 'getKnowledgeBase', tags, summary: 'Get a knowledge base' },
     })
     .patch('/knowledge-bases/:id', async ({ caller, requestId, params, body }) => envelope(requestId, toKnowledgeBase(await bases.updateKnowledgeBase(deps, caller, params.id, body))), {
       params: KnowledgeBaseParams,
       body: PatchKnowledgeBase,
       parse: 'json',
-      response: { 200: Envelope(KnowledgeBase), ...errors(403, 404, 409, 422) },
+      response: { 200: Envelope(KnowledgeBase, 'The knowledge base as changed'), ...errors(403, 404, 409, 422) },
       detail: {
+        operationId: 'updateKnowledgeBase',
         tags,
         summary: 'Change a knowledge base (developer)',
         description: 'A new embedding_model on a base with documents needs reembed: true (409 conflict otherwise): every document is re-embedded as a new generation, its old chunks searchable until the swap. Chunking applies to uploads and re-parses from now on.',
@@ -88,8 +89,8 @@ export function knowledgeRoutes(deps: Deps) {
       return envelope(requestId, { id: params.id, deleted: true as const })
     }, {
       params: KnowledgeBaseParams,
-      response: { 200: Envelope(t.Object({ id: t.String(), deleted: t.Literal(true) })), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Delete a knowledge base with its documents, chunks and originals (developer)' },
+      response: { 200: Envelope(t.Object({ id: t.String(), deleted: t.Literal(true) }), 'The knowledge base was deleted'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'deleteKnowledgeBase', tags, summary: 'Delete a knowledge base with its documents, chunks and originals (developer)' },
     })
     .post('/knowledge-bases/:id/documents', async ({ caller, requestId, params, request, body, set }) => {
       const doc = body === STREAMED_BODY
@@ -99,8 +100,9 @@ export function knowledgeRoutes(deps: Deps) {
       return uploaded(requestId, doc)
     }, {
       params: KnowledgeBaseParams,
-      response: { 201: Uploaded, ...errors(403, 404, 409, 413, 415, 422) },
+      response: { 201: Described(Uploaded, 'The document accepted; its ingestion runs in the background'), ...errors(403, 404, 409, 413, 415, 422) },
       detail: {
+        operationId: 'uploadDocument',
         tags,
         summary: 'Upload a document: multipart/form-data (file, group, metadata as a JSON string) or JSON { type: "text", name, content, metadata }',
         description: 'The file streams to storage (at most MAX_UPLOAD_BYTES, else 413); .txt .md .markdown .html .htm .pdf .docx .csv .json, checked against the content (else 415). Answers 201 with status parsing; GET /v1/documents/{id} follows the ingestion, and knowledge.document.ready | failed are sent to webhooks.',
@@ -126,18 +128,18 @@ export function knowledgeRoutes(deps: Deps) {
         created_at_after: t.Optional(t.String()),
         created_at_before: t.Optional(t.String()),
       }),
-      response: { 200: ListOf(Document), ...errors(404) },
-      detail: { tags, summary: 'List the documents of a knowledge base, with their status and error' },
+      response: { 200: ListOf(Document, 'A page of documents'), ...errors(404) },
+      detail: { operationId: 'listDocuments', tags, summary: 'List the documents of a knowledge base, with their status and error' },
     })
     .get('/documents/:document_id', async ({ caller, requestId, params }) => documentStatus(requestId, await documents.loadDocument(deps, caller, params.document_id, 'read')), {
       params: DocumentParams,
-      response: { 200: DocumentStatus, ...errors(404) },
-      detail: { tags, summary: 'A document\'s status: { id, status, chunks_count, indexed_at } (the list shows its error when failed)' },
+      response: { 200: Described(DocumentStatus, 'The document\'s status'), ...errors(404) },
+      detail: { operationId: 'getDocument', tags, summary: 'A document\'s status: { id, status, chunks_count, indexed_at } (the list shows its error when failed)' },
     })
     .delete('/documents/:document_id', async ({ caller, requestId, params }) => envelope(requestId, { ...toDocument(await documents.deleteDocument(deps, caller, params.document_id)), deleted: true as const }), {
       params: DocumentParams,
-      response: { 200: Envelope(t.Composite([Document, t.Object({ deleted: t.Literal(true) })])), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Delete a document with its chunks and original, also during its ingestion (which stops) (developer)' },
+      response: { 200: Envelope(t.Composite([Document, t.Object({ deleted: t.Literal(true) })]), 'The document was deleted'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'deleteDocument', tags, summary: 'Delete a document with its chunks and original, also during its ingestion (which stops) (developer)' },
     })
     .post('/documents/:document_id/reparse', async ({ caller, requestId, params, set }) => {
       const doc = await documents.reparseDocument(deps, caller, params.document_id)
@@ -145,8 +147,8 @@ export function knowledgeRoutes(deps: Deps) {
       return envelope(requestId, toDocument(doc))
     }, {
       params: DocumentParams,
-      response: { 202: Envelope(Document), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Re-parse a ready or failed document with the base\'s current chunking (409 otherwise); its chunks stay searchable until the new ones replace them (developer)' },
+      response: { 202: Envelope(Document, 'The document, queued for parsing again'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'reparseDocument', tags, summary: 'Re-parse a ready or failed document with the base\'s current chunking (409 otherwise); its chunks stay searchable until the new ones replace them (developer)' },
     })
     .post('/knowledge-bases/:id/search', async ({ caller, requestId, params, body, request }) => ({
       request_id: requestId,
@@ -155,7 +157,7 @@ export function knowledgeRoutes(deps: Deps) {
       params: KnowledgeBaseParams,
       body: SearchBody,
       parse: 'json',
-      response: { 200: SearchResults, ...errors(402, 404, 422) },
-      detail: { tags, summary: 'Search a knowledge base: vector, full-text or hybrid per its retrieval mode; filters on metadata; optional rerank. Retrieval only, no generation.' },
+      response: { 200: Described(SearchResults, 'The passages found, best first'), ...errors(402, 404, 422) },
+      detail: { operationId: 'searchKnowledgeBase', tags, summary: 'Search a knowledge base: vector, full-text or hybrid per its retrieval mode; filters on metadata; optional rerank. Retrieval only, no generation.' },
     })
 }

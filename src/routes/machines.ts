@@ -17,8 +17,8 @@ export function machineRoutes(deps: Deps) {
   return new Elysia({ name: 'routes.machines' })
     .use(authenticated(deps))
     .get('/machines', ({ requestId }) => envelope(requestId, described), {
-      response: { 200: Envelope(t.Array(Machine)), ...errors() },
-      detail: { tags, summary: 'List the state machines with their states, transitions and Mermaid diagrams' },
+      response: { 200: Envelope(t.Array(Machine), 'Every state machine'), ...errors() },
+      detail: { operationId: 'listMachines', tags, summary: 'List the state machines with their states, transitions and Mermaid diagrams' },
     })
     .get('/machines/:name', ({ requestId, params }) => {
       const machine = byName.get(params.name)
@@ -26,7 +26,7 @@ export function machineRoutes(deps: Deps) {
       return envelope(requestId, machine)
     }, {
       params: MachineParams,
-      response: { 200: Envelope(Machine), ...errors(404) },
-      detail: { tags, summary: 'Get one state machine: states, transitions, events and its Mermaid diagram' },
+      response: { 200: Envelope(Machine, 'The state machine'), ...errors(404) },
+      detail: { operationId: 'getMachine', tags, summary: 'Get one state machine: states, transitions, events and its Mermaid diagram' },
     })
 }

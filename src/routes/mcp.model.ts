@@ -88,5 +88,35 @@ function stripped(schema: TSchema): Record<string, unknown> {
   return JSON.parse(JSON.stringify(schema))
 }
 
-/** The JSON Schema a tools/list answer carries: plain JSON (TypeBox's symbols left out), integers as integers only. */
-export const jsonSchemaOf = (schema: TSchema) => numbersAsNumbers(stripped(schema)) as { type: 'object'; properties?: Record<string, object>; required?: string[] }
+/**
+ * The JSON Schema a tools/list answer carries: plain JSON (TypeBox's symbols left out), integers as
+ * integers only, and no schema that constrains nothing (docs/mcp.md, "Tool schemas").
+ */
+export const jsonSchemaOf = (schema: TSchema) => anyValueSpelledOut(numbersAsNumbers(stripped(schema))) as { type: 'object'; properties?: Record<string, object>; required?: string[] }
+
+/**
+ * Keywords that constrain a value: a schema with none of them (TypeBox's t.Unknown() is `{}`) accepts
+ * anything, which is legal JSON Schema but which the MCP Inspector's --strict reports as an untyped
+ * schema and some clients refuse or map to a string.
+ */
+const CONSTRAINING = new Set([
+  'type', 'enum', 'const', 'multipleOf', 'maximum', 'exclusiveMaximum', 'minimum', 'exclusiveMinimum', 'maxLength', 'minLength', 'pattern', 'format',
+  'maxItems', 'minItems', 'uniqueItems', 'contains', 'items', 'prefixItems', 'maxProperties', 'minProperties', 'required', 'properties', 'patternProperties',
+  'additionalProperties', 'propertyNames', 'allOf', 'anyOf', 'oneOf', 'not', '$ref',
+])
+/** Any JSON value, each kind with its own `type` (a `type` array is less portable: some clients take one type). */
+const ANY_JSON = [{ type: 'string' }, { type: 'number' }, { type: 'boolean' }, { type: 'object' }, { type: 'array' }, { type: 'null' }]
+const SUBSCHEMA_MAPS = ['properties', 'patternProperties', '$defs']
+const SUBSCHEMAS = ['items', 'additionalProperties', 'not', 'contains']
+const SUBSCHEMA_LISTS = ['anyOf', 'oneOf', 'allOf', 'prefixItems']
+
+/** Every schema in `node` that constrains nothing becomes "any JSON value" spelled out, its annotations kept. */
+function anyValueSpelledOut(node: any): any {
+  if (!node || typeof node !== 'object' || Array.isArray(node)) return node
+  const out: Record<string, unknown> = { ...node }
+  for (const key of SUBSCHEMA_MAPS) if (out[key] && typeof out[key] === 'object') out[key] = Object.fromEntries(Object.entries(out[key] as object).map(([k, v]) => [k, anyValueSpelledOut(v)]))
+  for (const key of SUBSCHEMAS) if (out[key] && typeof out[key] === 'object') out[key] = anyValueSpelledOut(out[key])
+  for (const key of SUBSCHEMA_LISTS) if (Array.isArray(out[key])) out[key] = (out[key] as unknown[]).map(anyValueSpelledOut)
+  if (!Object.keys(out).some((k) => CONSTRAINING.has(k))) out.anyOf = ANY_JSON
+  return out
+}

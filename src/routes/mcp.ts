@@ -154,6 +154,7 @@ export function mcpRoutes(deps: Deps) {
       parse: 'json',
       response: { 200: JsonRpcAnswer, ...errors(405, 413) },
       detail: {
+        operationId: 'postMcpMessage',
         tags: ['mcp'],
         summary: 'The service as an MCP server: JSON-RPC over Streamable HTTP (stateless, JSON answers)',
         description:

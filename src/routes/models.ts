@@ -6,7 +6,7 @@ import { checkChatParams, shortenEmbeddings } from '../domain/models/openai-para
 import { resolveWorkspaceId } from '../domain/workspaces'
 import type { Caller } from '../domain/access'
 import { notFound } from '../lib/errors'
-import { errors } from './common.model'
+import { Described, errors } from './common.model'
 import {
   ChatBody, ChatCompletionView, EmbeddingsBody, EmbeddingsView, ModelView, OpenAIChatBody, OpenAIEmbeddingsBody, RerankBody, RerankView,
   toMessages, toModel,
@@ -15,6 +15,7 @@ import { agentIdOf } from '../domain/agents/completions'
 import { agentCompletion } from './agent-completions'
 import { authenticated } from './plugins/auth'
 import { errorEvent, sseResponse, type SseEvent } from './plugins/sse'
+import { ChatCompletionStream } from './streams.model'
 
 const tags = ['models']
 
@@ -155,8 +156,8 @@ export function modelRoutes(deps: Deps) {
       return { request_id: requestId, object: 'list' as const, data }
     }, {
       query: t.Object({ type: t.Optional(t.UnionEnum(['llm', 'embedding', 'rerank'], { default: undefined })), vendor: t.Optional(t.String({ maxLength: 64 })) }, { additionalProperties: false }),
-      response: { 200: t.Object({ request_id: t.String(), object: t.Literal('list'), data: t.Array(ModelView) }), ...errors() },
-      detail: { tags, summary: 'List the models of the catalogue (MODELS_FILE merged over the built-in local models)' },
+      response: { 200: Described(t.Object({ request_id: t.String(), object: t.Literal('list'), data: t.Array(ModelView) }), 'The models of the catalogue'), ...errors() },
+      detail: { operationId: 'listModels', tags, summary: 'List the models of the catalogue (MODELS_FILE merged over the built-in local models)' },
     })
     .get('/models/:id', ({ requestId, params }) => {
       const found = gateway.list().find((m) => m.id === params.id)
@@ -164,15 +165,15 @@ export function modelRoutes(deps: Deps) {
       return { request_id: requestId, ...toModel(found) }
     }, {
       params: t.Object({ id: t.String({ minLength: 1, maxLength: 128, description: 'A model id of GET /v1/models' }) }),
-      response: { 200: t.Object({ request_id: t.String(), ...ModelView.properties }), ...errors(404) },
-      detail: { tags, summary: 'Get one model of the catalogue (the OpenAI SDK\'s models.retrieve)' },
+      response: { 200: Described(t.Object({ request_id: t.String(), ...ModelView.properties }), 'The model'), ...errors(404) },
+      detail: { operationId: 'getModel', tags, summary: 'Get one model of the catalogue (the OpenAI SDK\'s models.retrieve)' },
     })
     .post('/models/llm/chat', ({ caller, requestId, body, headers, request, set, route }) =>
       chat(caller, requestId, body, body.workspace_id, headers['x-workspace-id'], request, set, route, true, headers), {
       body: ChatBody,
       parse: 'json',
       response: { 200: ChatCompletionView, ...errors(402, 403, 404, 502, 504) },
-      detail: { tags, summary: 'Chat with an LLM (OpenAI chat.completion; server-sent events with stream: true)' },
+      detail: { operationId: 'chatWithModel', ...ChatCompletionStream, tags, summary: 'Chat with an LLM (OpenAI chat.completion; server-sent events with stream: true)' },
     })
     .post('/models/embeddings', async ({ caller, requestId, body, headers, request }) => {
       const r = await embeddings(caller, requestId, body.model, body.input, body.workspace_id, headers['x-workspace-id'], request.signal)
@@ -180,8 +181,8 @@ export function modelRoutes(deps: Deps) {
     }, {
       body: EmbeddingsBody,
       parse: 'json',
-      response: { 200: EmbeddingsView, ...errors(402, 403, 404, 502, 504) },
-      detail: { tags, summary: 'Embed texts (order kept by index; batches split to the provider\'s limit)' },
+      response: { 200: Described(EmbeddingsView, 'One vector per text, in the order given'), ...errors(402, 403, 404, 502, 504) },
+      detail: { operationId: 'embedTexts', tags, summary: 'Embed texts (order kept by index; batches split to the provider\'s limit)' },
     })
     .post('/models/rerank', async ({ caller, requestId, body, headers, request }) => {
       const model = gateway.model(body.model, 'rerank')
@@ -191,8 +192,8 @@ export function modelRoutes(deps: Deps) {
     }, {
       body: RerankBody,
       parse: 'json',
-      response: { 200: RerankView, ...errors(402, 403, 404, 502, 504) },
-      detail: { tags, summary: 'Rerank documents against a query' },
+      response: { 200: Described(RerankView, 'The documents\' scores, best first'), ...errors(402, 403, 404, 502, 504) },
+      detail: { operationId: 'rerankDocuments', tags, summary: 'Rerank documents against a query' },
     })
     .post('/chat/completions', ({ caller, requestId, body, headers, request, set, route }) => {
       checkChatParams(body)
@@ -203,6 +204,8 @@ export function modelRoutes(deps: Deps) {
       parse: 'json',
       response: { 200: ChatCompletionView, ...errors(402, 403, 404, 502, 504) },
       detail: {
+        operationId: 'createChatCompletion',
+        ...ChatCompletionStream,
         tags: ['openai'],
         summary: 'OpenAI drop-in: chat completions (the official SDK works with baseURL set to /v1)',
         description: 'model "agent:<agent id>" runs a turn of that agent: the last message is the user\'s, the X-Conversation-Id request header continues a conversation and the response header names it, user is the user_id (docs/agents.md, "Agents from any OpenAI client").',
@@ -226,15 +229,15 @@ export function modelRoutes(deps: Deps) {
       body: OpenAIEmbeddingsBody,
       parse: 'json',
       response: {
-        200: t.Object({
+        200: Described(t.Object({
           request_id: t.String(),
           object: t.Literal('list'),
           model: t.String(),
           data: t.Array(t.Object({ object: t.Literal('embedding'), embedding: t.Union([t.Array(t.Number()), t.String()]), index: t.Integer() })),
           usage: t.Object({ prompt_tokens: t.Integer(), total_tokens: t.Integer(), credits: t.Number() }),
-        }),
+        }), 'OpenAI\'s embeddings list, plus request_id and usage.credits'),
         ...errors(402, 403, 404, 502, 504),
       },
-      detail: { tags: ['openai'], summary: 'OpenAI drop-in: embeddings (float or base64)' },
+      detail: { operationId: 'createEmbedding', tags: ['openai'], summary: 'OpenAI drop-in: embeddings (float or base64)' },
     })
 }

@@ -1,6 +1,7 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../deps'
 import { ping } from '../store/db'
+import { Described } from './common.model'
 import { Liveness, Readiness } from './ops.model'
 import { stateOf } from './plugins/request-state'
 
@@ -18,8 +19,8 @@ export function opsRoutes(deps: Deps) {
   }
   return new Elysia({ name: 'routes.ops' })
     .get('/healthz', ({ request }) => ({ request_id: requestIdOf(request), status: 'ok' as const }), {
-      response: { 200: Liveness },
-      detail: { tags, summary: 'Liveness: the process answers', security: [] },
+      response: { 200: Described(Liveness, 'The process answers') },
+      detail: { operationId: 'getHealth', tags, summary: 'Liveness: the process answers', security: [] },
     })
     .get('/readyz', async ({ request, set }) => {
       const [database, redis] = await Promise.all([
@@ -34,14 +35,15 @@ export function opsRoutes(deps: Deps) {
       return { request_id: requestIdOf(request), status: ready ? ('ok' as const) : ('unavailable' as const), checks: { database, redis } }
     }, {
       response: {
-        200: Readiness,
-        503: Readiness,
+        200: Described(Readiness, 'Ready: the database and Redis answer'),
+        503: Described(Readiness, 'Not ready: checks names what does not answer'),
       },
-      detail: { tags, summary: 'Readiness: the database and Redis answer', security: [] },
+      detail: { operationId: 'getReadiness', tags, summary: 'Readiness: the database and Redis answer', security: [] },
     })
     .get('/metrics', async () =>
       new Response(await deps.metrics.text(), { headers: { 'content-type': deps.metrics.contentType, 'cache-control': 'no-store' } }), {
       detail: {
+        operationId: 'getMetrics',
         tags,
         summary: 'Prometheus metrics: request counts and latency histograms by route and status',
         security: [],

@@ -5,10 +5,11 @@ import { invalid } from '../lib/errors'
 import { parseListQuery, toPage } from '../lib/lists'
 import { iso } from '../lib/time'
 import type { RunEventRow } from '../store/runs'
-import { errors, ListOf } from './common.model'
+import { Described, errors, ListOf } from './common.model'
 import { authenticated } from './plugins/auth'
 import { writeKey } from './plugins/idempotency'
 import { sseResponse, type SseEvent } from './plugins/sse'
+import { RunEventStream } from './streams.model'
 import {
   AllRunsQuery, EventsQuery, InputBody, Run, RunAnswer, RunNodes, RunEvents, RunParams, RunStarted, RunsQuery, SyncRun, TriggerBody, TriggerQuery, WorkflowParams,
   allRunList, runAnswer, runList, toRun, toSync,
@@ -53,11 +54,13 @@ export function runRoutes(deps: Deps) {
       body: t.Optional(TriggerBody),
       parse: 'json',
       response: {
-        200: SyncRun,
-        202: t.Union([SyncRun, RunStarted]),
+        200: Described(SyncRun, 'The run ended within SYNC_RUN_TIMEOUT_MS: its outputs, or its error'),
+        202: Described(t.Union([SyncRun, RunStarted]), 'With ?async=true, or a synchronous run still running after SYNC_RUN_TIMEOUT_MS: the run id to poll or follow'),
         ...errors(402, 403, 404, 409, 422),
       },
       detail: {
+        operationId: 'runWorkflow',
+        ...RunEventStream('With Accept: text/event-stream (not with ?async=true)'),
         tags,
         summary: 'Run a workflow: synchronously, with ?async=true, or streamed with Accept: text/event-stream',
         description: 'Synchronous runs wait up to SYNC_RUN_TIMEOUT_MS, then answer 202 with status running. Streams send node_start, node_end, message (LLM deltas), usage and done events, each with an id: line for Last-Event-ID; the stream\'s X-Run-Id header names the run, to resume with GET /v1/runs/{run_id}/events.',
@@ -69,8 +72,9 @@ export function runRoutes(deps: Deps) {
       return { request_id: requestId, ...toPage(await runsDomain.listAllRuns(deps, caller, workspaceId, q), q, toRun) }
     }, {
       query: AllRunsQuery,
-      response: { 200: ListOf(Run), ...errors(404) },
+      response: { 200: ListOf(Run, 'A page of runs'), ...errors(404) },
       detail: {
+        operationId: 'listRuns',
         tags,
         summary: 'List runs across workflows: every run the caller can read',
         description: 'Without workspace_id, the runs of every workspace the caller can read (a key restricted to a workspace: its own; root: all); workspace_id narrows them to one, and a workspace the caller cannot read is 404. Recent failures: ?status=failed.',
@@ -78,8 +82,8 @@ export function runRoutes(deps: Deps) {
     })
     .get('/runs/:run_id', async ({ caller, requestId, params }) => runAnswer(requestId, await runsDomain.loadRun(deps, caller, params.run_id)), {
       params: RunParams,
-      response: { 200: RunAnswer, ...errors(404) },
-      detail: { tags, summary: 'Get a run (poll an async run here)', description: 'The run object, flat: its fields beside request_id (docs/api.md, "Runs").' },
+      response: { 200: Described(RunAnswer, 'The run object'), ...errors(404) },
+      detail: { operationId: 'getRun', tags, summary: 'Get a run (poll an async run here)', description: 'The run object, flat: its fields beside request_id (docs/api.md, "Runs").' },
     })
     .get('/workflows/:id/runs', async ({ caller, requestId, params, query }) => {
       const q = parseListQuery(query, runList)
@@ -87,20 +91,21 @@ export function runRoutes(deps: Deps) {
     }, {
       params: WorkflowParams,
       query: RunsQuery,
-      response: { 200: ListOf(Run), ...errors(404) },
-      detail: { tags, summary: 'List a workflow\'s runs' },
+      response: { 200: ListOf(Run, 'A page of the workflow\'s runs'), ...errors(404) },
+      detail: { operationId: 'listWorkflowRuns', tags, summary: 'List a workflow\'s runs' },
     })
     .post('/runs/:run_id/cancel', async ({ caller, requestId, params }) => runAnswer(requestId, await runsDomain.cancelRun(deps, caller, params.run_id)), {
       params: RunParams,
-      response: { 200: RunAnswer, ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Cancel a running run (409 run_not_running otherwise); the node in flight is aborted' },
+      response: { 200: Described(RunAnswer, 'The run, now cancelled'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'cancelRun', tags, summary: 'Cancel a running run (409 run_not_running otherwise); the node in flight is aborted' },
     })
     .post('/runs/:run_id/input', async ({ caller, requestId, params, body }) => runAnswer(requestId, await runsDomain.submitInput(deps, caller, params.run_id, body)), {
       params: RunParams,
       body: InputBody,
       parse: 'json',
-      response: { 200: RunAnswer, ...errors(400, 403, 404, 409) },
+      response: { 200: Described(RunAnswer, 'The run, resumed'), ...errors(400, 403, 404, 409) },
       detail: {
+        operationId: 'submitRunInput',
         tags,
         summary: 'Give a waiting human_input node its data; the run resumes',
         description: 'The run\'s waiting names the node, its prompt and the JSON Schema the data must match (400 naming the data\'s path otherwise). Answers the run object; 409 run_not_waiting when the node does not wait for input (answered already, past its timeout_seconds, or the run ended).',
@@ -111,8 +116,9 @@ export function runRoutes(deps: Deps) {
       return { request_id: requestId, graph: graph as unknown as typeof RunNodes.static['graph'], data: nodes }
     }, {
       params: RunParams,
-      response: { 200: RunNodes, ...errors(404) },
+      response: { 200: Described(RunNodes, 'Every node of the run with its state, and the graph'), ...errors(404) },
       detail: {
+        operationId: 'listRunNodes',
         tags,
         summary: 'Every node of the run with its state now (pending, running, retrying, waiting, completed, failed, skipped)',
         description: 'With the graph of the workflow version the run runs, so a client can draw it. Poll it, or follow GET /v1/runs/{run_id}/events for each change.',
@@ -133,7 +139,7 @@ export function runRoutes(deps: Deps) {
     }, {
       params: RunParams,
       query: EventsQuery,
-      response: { 200: RunEvents, ...errors(404) },
-      detail: { tags, summary: 'The run\'s stored event log; with Accept: text/event-stream a live stream resuming after Last-Event-ID' },
+      response: { 200: Described(RunEvents, 'The run\'s stored events (JSON), or with Accept: text/event-stream its live stream'), ...errors(404) },
+      detail: { operationId: 'streamRun', ...RunEventStream('With Accept: text/event-stream, after Last-Event-ID (or ?after=)'), tags, summary: 'The run\'s stored event log; with Accept: text/event-stream a live stream resuming after Last-Event-ID' },
     })
 }

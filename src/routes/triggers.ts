@@ -3,7 +3,7 @@ import type { Deps } from '../deps'
 import * as triggers from '../domain/workflows/triggers'
 import { AppError } from '../lib/errors'
 import { parseListQuery, toPage } from '../lib/lists'
-import { Envelope, envelope, errors, ListOf, ListQuery } from './common.model'
+import { Described, Envelope, envelope, errors, ListOf, ListQuery } from './common.model'
 import { authenticated } from './plugins/auth'
 import { beginIdempotency, writeKey } from './plugins/idempotency'
 import { stateOf } from './plugins/request-state'
@@ -26,8 +26,9 @@ export function triggerRoutes(deps: Deps) {
       params: WorkflowTriggerParams,
       body: CreateTrigger,
       parse: 'json',
-      response: { 201: Envelope(Trigger), ...errors(403, 404, 409, 422) },
+      response: { 201: Envelope(Trigger, 'The trigger created'), ...errors(403, 404, 409, 422) },
       detail: {
+        operationId: 'createTrigger',
         tags,
         summary: 'Add a schedule or webhook trigger to a workflow (developer)',
         description: 'schedule: a run at each tick of `cron` (5 fields) in `timezone`, as user_id schedule:<trigger id>; each tick runs once across every process, and ticks missed while nothing ran are not replayed. webhook: a run per POST to the answered `url`, its inputs rendered from the call; with a secret, calls must be signed. A bad cron or time zone is a 400 naming it. See docs/triggers.md.',
@@ -40,22 +41,23 @@ export function triggerRoutes(deps: Deps) {
     }, {
       params: WorkflowTriggerParams,
       query: ListQuery('created_at, updated_at', { type: t.Optional(t.String({ description: 'schedule or webhook; type_in=a,b for both', examples: ['schedule'] })) }),
-      response: { 200: ListOf(Trigger), ...errors(404) },
-      detail: { tags, summary: 'List a workflow\'s triggers (never their secrets)' },
+      response: { 200: ListOf(Trigger, 'A page of the workflow\'s triggers'), ...errors(404) },
+      detail: { operationId: 'listTriggers', tags, summary: 'List a workflow\'s triggers (never their secrets)' },
     })
     .get('/triggers/:id', async ({ caller, requestId, params, request }) =>
       envelope(requestId, toTrigger(await triggers.loadTrigger(deps, caller, params.id, 'read'), baseOf(deps, request))), {
       params: TriggerParams,
-      response: { 200: Envelope(Trigger), ...errors(404) },
-      detail: { tags, summary: 'Get a trigger (never its secret)' },
+      response: { 200: Envelope(Trigger, 'The trigger'), ...errors(404) },
+      detail: { operationId: 'getTrigger', tags, summary: 'Get a trigger (never its secret)' },
     })
     .patch('/triggers/:id', async ({ caller, requestId, params, body, request }) =>
       envelope(requestId, toTrigger(await triggers.updateTrigger(deps, caller, params.id, body), baseOf(deps, request))), {
       params: TriggerParams,
       body: UpdateTrigger,
       parse: 'json',
-      response: { 200: Envelope(Trigger), ...errors(403, 404, 409, 422) },
+      response: { 200: Envelope(Trigger, 'The trigger as changed'), ...errors(403, 404, 409, 422) },
       detail: {
+        operationId: 'updateTrigger',
         tags,
         summary: 'Change a trigger\'s cron, time zone, inputs, secret or enabled flag (developer)',
         description: 'A change of cron, time zone or enabled flag computes the next tick again, from now.',
@@ -77,8 +79,8 @@ export function triggerRoutes(deps: Deps) {
       return envelope(requestId, { id: params.id, deleted: true as const })
     }, {
       params: TriggerParams,
-      response: { 200: Envelope(DeletedTrigger), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Delete a trigger (developer); its runs stay' },
+      response: { 200: Envelope(DeletedTrigger, 'The trigger was deleted'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'deleteTrigger', tags, summary: 'Delete a trigger (developer); its runs stay' },
     })
 }
 
@@ -128,8 +130,9 @@ export function hookRoutes(deps: Deps) {
       }
     }, {
       params: HookParams,
-      response: { 200: HookReplayed, 202: HookStarted, ...errors(401, 403, 404, 409, 422) },
+      response: { 200: Described(HookReplayed, 'A replayed delivery: nothing started; the first run\'s id'), 202: Described(HookStarted, 'A run started: its id'), ...errors(401, 403, 404, 409, 422) },
       detail: {
+        operationId: 'fireHook',
         tags,
         summary: 'Call a webhook trigger: starts a run of its workflow (no API key; the URL\'s token is the credential)',
         description: 'The trigger\'s url (its id and a token of its own) is the credential. The body (JSON, or none), the query and the headers (names lower-case; never Authorization, Proxy-Authorization, Cookie or X-Api-Key) fill the trigger\'s input templates; a trigger with a secret reads only the body. With a secret the call is signed: Standard Webhooks (webhook-id, webhook-timestamp within 5 minutes, webhook-signature) or X-Signature-256: sha256=<hex HMAC-SHA256 of the raw body under the secret> (401 otherwise); a delivery id (webhook-id, X-GitHub-Delivery, X-Hook-Delivery) seen in the last 24 hours is a replay: 200 with status "replayed", and nothing starts. Idempotency-Key replays the first answer; calls are rate-limited per trigger (429 with Retry-After), and an address that sends 20 wrong URLs within a minute is refused (429) for a minute. Inputs that fail the workflow\'s checks are a 400 naming the input; a disabled trigger is 409.',

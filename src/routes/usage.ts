@@ -26,8 +26,8 @@ export function usageRoutes(deps: Deps) {
         from: t.Optional(t.String({ description: 'Start (inclusive), ISO 8601; default 30 days before `to`' })),
         to: t.Optional(t.String({ description: 'End (exclusive), ISO 8601; default now' })),
       }, { additionalProperties: false }),
-      response: { 200: Envelope(Usage), ...errors(403, 404) },
-      detail: { tags: ['usage'], summary: 'Credits and tokens used, by model and by UTC day, with the budget of the current period' },
+      response: { 200: Envelope(Usage, 'The workspace\'s usage and budget'), ...errors(403, 404) },
+      detail: { operationId: 'getUsage', tags: ['usage'], summary: 'Credits and tokens used, by model and by UTC day, with the budget of the current period' },
     })
     .put('/workspaces/:id/budget', async ({ caller, requestId, params, body }) => {
       const row = await credits.setBudget(sql, caller, params.id, body)
@@ -36,7 +36,7 @@ export function usageRoutes(deps: Deps) {
       params: t.Object({ id: Id('ws', 'Workspace id') }),
       body: BudgetBody,
       parse: 'json',
-      response: { 200: Envelope(Budget), ...errors(403, 404, 409, 422) },
-      detail: { tags: ['usage'], summary: 'Set the workspace\'s credit budget (admin)' },
+      response: { 200: Envelope(Budget, 'The budget as set'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'setBudget', tags: ['usage'], summary: 'Set the workspace\'s credit budget (admin)' },
     })
 }

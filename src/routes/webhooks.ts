@@ -43,8 +43,9 @@ export function webhookRoutes(deps: Deps) {
     }, {
       body: CreateWebhook,
       parse: 'json',
-      response: { 201: Envelope(Webhook), ...errors(403, 404, 409, 422) },
+      response: { 201: Envelope(Webhook, 'The webhook created, with its signing secret (shown this once)'), ...errors(403, 404, 409, 422) },
       detail: {
+        operationId: 'createWebhook',
         tags,
         summary: 'Register a webhook (developer)',
         description: 'The URL is checked (https, a public address) now and again at every delivery. The secret signs every delivery (X-Service-Signature, webhook-signature) and is never returned.',
@@ -56,38 +57,38 @@ export function webhookRoutes(deps: Deps) {
       return { request_id: requestId, ...toPage(await webhooks.listWebhooks(d, caller, workspaceId, q), q, toWebhook) }
     }, {
       query: ListQuery('created_at, updated_at', { workspace_id: t.Optional(t.String({ description: 'Only this workspace (else X-Workspace-Id); without either, every workspace the caller can read. One the caller cannot read is 404' })) }),
-      response: { 200: ListOf(Webhook), ...errors(403, 404) },
-      detail: { tags, summary: 'List the webhooks of every workspace the caller can read (workspace_id: of one)' },
+      response: { 200: ListOf(Webhook, 'A page of webhooks'), ...errors(403, 404) },
+      detail: { operationId: 'listWebhooks', tags, summary: 'List the webhooks of every workspace the caller can read (workspace_id: of one)' },
     })
     .get('/webhooks/:id', async ({ caller, requestId, params }) =>
       envelope(requestId, toWebhook(await webhooks.loadWebhook(d.sql, caller, params.id, 'read'))), {
       params: WebhookParams,
-      response: { 200: Envelope(Webhook), ...errors(404) },
-      detail: { tags, summary: 'Get a webhook (never its secret)' },
+      response: { 200: Envelope(Webhook, 'The webhook'), ...errors(404) },
+      detail: { operationId: 'getWebhook', tags, summary: 'Get a webhook (never its secret)' },
     })
     .patch('/webhooks/:id', async ({ caller, requestId, params, body }) =>
       envelope(requestId, toWebhook(await webhooks.updateWebhook(d, caller, params.id, body))), {
       params: WebhookParams,
       body: UpdateWebhook,
       parse: 'json',
-      response: { 200: Envelope(Webhook), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Change the URL, events, secret (rotation with 24 h overlap) or enabled flag (developer)' },
+      response: { 200: Envelope(Webhook, 'The webhook as changed'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'updateWebhook', tags, summary: 'Change the URL, events, secret (rotation with 24 h overlap) or enabled flag (developer)' },
     })
     .delete('/webhooks/:id', async ({ caller, requestId, params }) => {
       await webhooks.deleteWebhook(d, caller, params.id)
       return envelope(requestId, { id: params.id, deleted: true as const })
     }, {
       params: WebhookParams,
-      response: { 200: Envelope(DeletedWebhook), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Delete a webhook and its delivery records (developer)' },
+      response: { 200: Envelope(DeletedWebhook, 'The webhook was deleted'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'deleteWebhook', tags, summary: 'Delete a webhook and its delivery records (developer)' },
     })
     .post('/webhooks/:id/ping', async ({ caller, requestId, params, set }) => {
       set.status = 202
       return envelope(requestId, toDelivery(await webhooks.pingWebhook(d, caller, params.id)))
     }, {
       params: WebhookParams,
-      response: { 202: Envelope(Delivery), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Send a webhook.test event to the receiver (developer)', description: 'Goes through the normal delivery path (signatures, retries); answers at once with the pending delivery.' },
+      response: { 202: Envelope(Delivery, 'The webhook.test delivery, queued'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'pingWebhook', tags, summary: 'Send a webhook.test event to the receiver (developer)', description: 'Goes through the normal delivery path (signatures, retries); answers at once with the pending delivery.' },
     })
     .get('/webhooks/:id/deliveries', async ({ caller, requestId, params, query }) => {
       const q = parseListQuery(query, deliveryList)
@@ -98,21 +99,21 @@ export function webhookRoutes(deps: Deps) {
         status: t.Optional(t.String({ description: 'pending, retrying, succeeded or failed; status_in=a,b for several', examples: ['failed'] })),
         event_type: t.Optional(t.String({ description: 'Only deliveries of this event type' })),
       }),
-      response: { 200: ListOf(Delivery), ...errors(404) },
-      detail: { tags, summary: 'List a webhook\'s deliveries with their attempts (kept 7 days)' },
+      response: { 200: ListOf(Delivery, 'A page of deliveries'), ...errors(404) },
+      detail: { operationId: 'listDeliveries', tags, summary: 'List a webhook\'s deliveries with their attempts (kept 7 days)' },
     })
     .get('/webhooks/:id/deliveries/:delivery_id', async ({ caller, requestId, params }) =>
       envelope(requestId, toDelivery(await webhooks.getDelivery(d, caller, params.id, params.delivery_id))), {
       params: DeliveryParams,
-      response: { 200: Envelope(Delivery), ...errors(404) },
-      detail: { tags, summary: 'Get one delivery with its attempts' },
+      response: { 200: Envelope(Delivery, 'The delivery with its attempts'), ...errors(404) },
+      detail: { operationId: 'getDelivery', tags, summary: 'Get one delivery with its attempts' },
     })
     .post('/webhooks/:id/deliveries/:delivery_id/redeliver', async ({ caller, requestId, params, set }) => {
       set.status = 202
       return envelope(requestId, toDelivery(await webhooks.redeliver(d, caller, params.id, params.delivery_id)))
     }, {
       params: DeliveryParams,
-      response: { 202: Envelope(Delivery), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Re-send a succeeded or failed delivery under the same delivery id (developer)', description: 'Starts a new round with the full retry schedule; 409 while the delivery is still pending or retrying.' },
+      response: { 202: Envelope(Delivery, 'The delivery, queued again'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'redeliverDelivery', tags, summary: 'Re-send a succeeded or failed delivery under the same delivery id (developer)', description: 'Starts a new round with the full retry schedule; 409 while the delivery is still pending or retrying.' },
     })
 }

@@ -26,8 +26,9 @@ export function workflowRoutes(deps: Deps) {
     }, {
       body: CreateWorkflow,
       parse: 'json',
-      response: { 201: Envelope(Workflow), ...errors(403, 404, 409, 422) },
+      response: { 201: Envelope(Workflow, 'The workflow created (version 1)'), ...errors(403, 404, 409, 422) },
       detail: {
+        operationId: 'createWorkflow',
         tags,
         summary: 'Create a workflow (developer)',
         description: 'The graph is checked now: known node types and configs, exactly one start, at least one end, no cycles, every node reachable from start and reaching an end. A failure is a 400 validation_error whose message names the node and whose param is its path (graph.nodes.3.config.cases.0.when). See docs/workflows.md.',
@@ -44,22 +45,23 @@ export function workflowRoutes(deps: Deps) {
         created_at_after: t.Optional(t.String({ description: 'Created after this time (ISO 8601)' })),
         created_at_before: t.Optional(t.String({ description: 'Created before this time (ISO 8601)' })),
       }),
-      response: { 200: ListOf(Workflow), ...errors(403, 404) },
-      detail: { tags, summary: 'List the workflows of every workspace the caller can read (workspace_id: of one)' },
+      response: { 200: ListOf(Workflow, 'A page of workflows'), ...errors(403, 404) },
+      detail: { operationId: 'listWorkflows', tags, summary: 'List the workflows of every workspace the caller can read (workspace_id: of one)' },
     })
     .get('/workflows/:id', async ({ caller, requestId, params }) =>
       envelope(requestId, toWorkflow(await workflows.loadWorkflow(sql, caller, params.id, 'read'))), {
       params: WorkflowParams,
-      response: { 200: Envelope(Workflow), ...errors(404) },
-      detail: { tags, summary: 'Get a workflow with its current graph and version' },
+      response: { 200: Envelope(Workflow, 'The workflow'), ...errors(404) },
+      detail: { operationId: 'getWorkflow', tags, summary: 'Get a workflow with its current graph and version' },
     })
     .put('/workflows/:id', async ({ caller, requestId, params, body }) =>
       envelope(requestId, toWorkflow(await workflows.replaceWorkflow(sql, caller, params.id, body))), {
       params: WorkflowParams,
       body: ReplaceWorkflow,
       parse: 'json',
-      response: { 200: Envelope(Workflow), ...errors(403, 404, 409, 422) },
+      response: { 200: Envelope(Workflow, 'The workflow, a new version'), ...errors(403, 404, 409, 422) },
       detail: {
+        operationId: 'updateWorkflow',
         tags,
         summary: 'Replace a workflow\'s name, description and graph (developer)',
         description: 'The whole definition is replaced (an absent description becomes empty) and checked like at creation; the version goes up by one. Runs keep the version they started with.',
@@ -70,7 +72,7 @@ export function workflowRoutes(deps: Deps) {
       return envelope(requestId, { id: params.id, deleted: true as const })
     }, {
       params: WorkflowParams,
-      response: { 200: Envelope(DeletedWorkflow), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Delete a workflow with its versions and runs (developer)' },
+      response: { 200: Envelope(DeletedWorkflow, 'The workflow was deleted'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'deleteWorkflow', tags, summary: 'Delete a workflow with its versions and runs (developer)' },
     })
 }

@@ -30,8 +30,8 @@ export function workspaceRoutes(deps: Deps) {
       return { request_id: requestId, ...toPage(await workspaces.listWorkspaces(sql, caller, q), q, toWorkspace) }
     }, {
       query: ListQuery('created_at, name', { status: t.Optional(t.String({ description: 'active or archived; status_in=active,archived for several' })) }),
-      response: { 200: ListOf(Workspace), ...errors() },
-      detail: { tags, summary: 'List the workspaces the caller can see', description: 'Root keys see every workspace; others those they are members of. Filters: status, status_in, type, owner_id, created_at_after, created_at_before.' },
+      response: { 200: ListOf(Workspace, 'A page of workspaces'), ...errors() },
+      detail: { operationId: 'listWorkspaces', tags, summary: 'List the workspaces the caller can see', description: 'Root keys see every workspace; others those they are members of. Filters: status, status_in, type, owner_id, created_at_after, created_at_before.' },
     })
     .post('/workspaces', async ({ caller, requestId, body, set, request }) => {
       set.status = 201
@@ -39,22 +39,22 @@ export function workspaceRoutes(deps: Deps) {
     }, {
       body: CreateWorkspace,
       parse: 'json',
-      response: { 201: Envelope(Workspace), ...errors(403, 409, 413, 422) },
-      detail: { tags, summary: 'Create a workspace; the caller becomes its owner (and an admin member)' },
+      response: { 201: Envelope(Workspace, 'The workspace created'), ...errors(403, 409, 413, 422) },
+      detail: { operationId: 'createWorkspace', tags, summary: 'Create a workspace; the caller becomes its owner (and an admin member)' },
     })
     .get('/workspaces/:id', async ({ caller, requestId, params }) =>
       envelope(requestId, toWorkspace(await workspaces.access(sql, caller, params.id, 'read'))), {
       params: WorkspaceParams,
-      response: { 200: Envelope(Workspace), ...errors(404) },
-      detail: { tags, summary: 'Get a workspace' },
+      response: { 200: Envelope(Workspace, 'The workspace'), ...errors(404) },
+      detail: { operationId: 'getWorkspace', tags, summary: 'Get a workspace' },
     })
     .patch('/workspaces/:id', async ({ caller, requestId, params, body }) =>
       envelope(requestId, toWorkspace(await workspaces.updateWorkspace(sql, caller, params.id, body))), {
       params: WorkspaceParams,
       body: UpdateWorkspace,
       parse: 'json',
-      response: { 200: Envelope(Workspace), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Update a workspace name or description (admin)' },
+      response: { 200: Envelope(Workspace, 'The workspace as changed'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'updateWorkspace', tags, summary: 'Update a workspace name or description (admin)' },
     })
     .delete('/workspaces/:id', async ({ caller, requestId, params }) => {
       await workspaces.deleteWorkspace(sql, caller, params.id)
@@ -62,20 +62,20 @@ export function workspaceRoutes(deps: Deps) {
       return envelope(requestId, { id: params.id, deleted: true as const })
     }, {
       params: WorkspaceParams,
-      response: { 200: Envelope(DeletedWorkspace), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Delete a workspace and everything inside it, irreversibly (owner)' },
+      response: { 200: Envelope(DeletedWorkspace, 'The workspace was deleted'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'deleteWorkspace', tags, summary: 'Delete a workspace and everything inside it, irreversibly (owner)' },
     })
     .post('/workspaces/:id/archive', async ({ caller, requestId, params }) =>
       envelope(requestId, toWorkspace(await workspaces.setStatus(sql, caller, params.id, 'archived'))), {
       params: WorkspaceParams,
-      response: { 200: Envelope(Workspace), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Archive a workspace: it becomes read-only (admin)' },
+      response: { 200: Envelope(Workspace, 'The workspace, now archived'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'archiveWorkspace', tags, summary: 'Archive a workspace: it becomes read-only (admin)' },
     })
     .post('/workspaces/:id/restore', async ({ caller, requestId, params }) =>
       envelope(requestId, toWorkspace(await workspaces.setStatus(sql, caller, params.id, 'active'))), {
       params: WorkspaceParams,
-      response: { 200: Envelope(Workspace), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Restore an archived workspace (admin)' },
+      response: { 200: Envelope(Workspace, 'The workspace, active again'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'restoreWorkspace', tags, summary: 'Restore an archived workspace (admin)' },
     })
     .post('/workspaces/:id/transfer', async ({ caller, requestId, params, body }) => {
       const ws = await workspaces.transferWorkspace(sql, caller, params.id, body.new_owner_id)
@@ -85,8 +85,8 @@ export function workspaceRoutes(deps: Deps) {
       params: WorkspaceParams,
       body: Transfer,
       parse: 'json',
-      response: { 200: Envelope(Workspace), ...errors(403, 404, 409, 422) },
-      detail: { tags, summary: 'Transfer ownership to a current member (current owner only)', description: 'The new owner becomes an admin; the previous owner stays an admin member, and the keys it issued for other admins are revoked (an admin may not issue them).' },
+      response: { 200: Envelope(Workspace, 'The workspace under its new owner'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'transferWorkspace', tags, summary: 'Transfer ownership to a current member (current owner only)', description: 'The new owner becomes an admin; the previous owner stays an admin member, and the keys it issued for other admins are revoked (an admin may not issue them).' },
     })
     .get('/workspaces/:id/members', async ({ caller, requestId, params, query }) => {
       const q = parseListQuery(query, memberList)
@@ -94,8 +94,8 @@ export function workspaceRoutes(deps: Deps) {
     }, {
       params: WorkspaceParams,
       query: ListQuery('created_at, user_id', { role: t.Optional(t.String()) }),
-      response: { 200: ListOf(Member), ...errors(404) },
-      detail: { tags: ['members'], summary: 'List the members of a workspace' },
+      response: { 200: ListOf(Member, 'A page of members'), ...errors(404) },
+      detail: { operationId: 'listMembers', tags: ['members'], summary: 'List the members of a workspace' },
     })
     .post('/workspaces/:id/members', async ({ caller, requestId, params, body, set, request }) => {
       set.status = 201
@@ -104,8 +104,8 @@ export function workspaceRoutes(deps: Deps) {
       params: WorkspaceParams,
       body: AddMember,
       parse: 'json',
-      response: { 201: Envelope(Member), ...errors(403, 404, 409, 422) },
-      detail: { tags: ['members'], summary: 'Add a member with a role (admin)' },
+      response: { 201: Envelope(Member, 'The member added'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'addMember', tags: ['members'], summary: 'Add a member with a role (admin)' },
     })
     .patch('/workspaces/:id/members/:user_id', async ({ caller, requestId, params, body }) => {
       const member = await workspaces.changeMemberRole(sql, caller, params.id, params.user_id, body.role)
@@ -115,8 +115,8 @@ export function workspaceRoutes(deps: Deps) {
       params: MemberParams,
       body: ChangeRole,
       parse: 'json',
-      response: { 200: Envelope(Member), ...errors(403, 404, 409, 422) },
-      detail: { tags: ['members'], summary: "Change a member's role (admin); the owner stays admin", description: 'The keys the member issued for others that its new role could not issue (below admin: all of them) are revoked at once.' },
+      response: { 200: Envelope(Member, 'The member with the new role'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'updateMember', tags: ['members'], summary: "Change a member's role (admin); the owner stays admin", description: 'The keys the member issued for others that its new role could not issue (below admin: all of them) are revoked at once.' },
     })
     .delete('/workspaces/:id/members/:user_id', async ({ caller, requestId, params }) => {
       const removed = await workspaces.removeMember(sql, caller, params.id, params.user_id)
@@ -124,7 +124,7 @@ export function workspaceRoutes(deps: Deps) {
       return envelope(requestId, { workspace_id: removed.workspace_id, user_id: removed.user_id, deleted: true as const })
     }, {
       params: MemberParams,
-      response: { 200: Envelope(RemovedMember), ...errors(403, 404, 409, 422) },
-      detail: { tags: ['members'], summary: 'Remove a member (admin); the owner cannot be removed', description: "The member's keys restricted to the workspace, and the keys it issued there for others, are revoked at once." },
+      response: { 200: Envelope(RemovedMember, 'The member was removed'), ...errors(403, 404, 409, 422) },
+      detail: { operationId: 'removeMember', tags: ['members'], summary: 'Remove a member (admin); the owner cannot be removed', description: "The member's keys restricted to the workspace, and the keys it issued there for others, are revoked at once." },
     })
 }

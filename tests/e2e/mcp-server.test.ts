@@ -10,6 +10,7 @@ import { startWorkers, type Workers } from '../../src/workers'
 import { createAgent, createWorkflow } from '../helpers/agents'
 import { keyFor, startHarness, workspaceOf, type Harness } from '../helpers/harness'
 import { createKb, settled, uploadText } from '../helpers/knowledge'
+import { lintSchema, lintTools } from '../helpers/mcp-schema-lint'
 import { chain, end, start } from '../helpers/runs'
 
 /**
@@ -155,6 +156,26 @@ describe('tools/list', () => {
     expect(byName.search_knowledge!.inputSchema.properties!.top_k).toMatchObject({ type: 'integer', minimum: 1, maximum: 100 })
     expect(byName.search_knowledge!.inputSchema.properties!.query).toMatchObject({ type: 'string', minLength: 1, maxLength: 8000 })
     expect((byName.list_resources!.inputSchema.properties!.type as { enum: string[] }).enum).toEqual(['agents', 'workflows', 'knowledge_bases'])
+  })
+
+  test('the input schemas pass the MCP Inspector\'s --strict rules: no error and no warning', async () => {
+    const { tools } = await (await as(owner)).listTools()
+    expect(lintTools(tools)).toEqual([])
+    // What a free-form value (workflow inputs, search filters) is announced as: any JSON value, each kind typed.
+    const inputs = (tools.find((t) => t.name === 'run_workflow')!.inputSchema.properties!.inputs as { patternProperties: Record<string, { anyOf: { type: string }[] }> })
+    expect(Object.values(inputs.patternProperties)[0]!.anyOf.map((a) => a.type)).toEqual(['string', 'number', 'boolean', 'object', 'array', 'null'])
+  })
+
+  test('those rules find what --strict reports (the check above is not vacuous)', () => {
+    expect(lintSchema({ type: 'object', properties: { a: {}, b: true, c: { type: ['string', 'null'] }, d: { $ref: 'https://example.com/s.json' }, e: { description: 'anything' } }, additionalProperties: false }).map((f) => `${f.path} ${f.rule}`)).toEqual([
+      'inputSchema.properties.a untyped-schema',
+      'inputSchema.properties.b boolean-schema',
+      'inputSchema.properties.c type-union',
+      'inputSchema.properties.d remote-ref',
+      'inputSchema.properties.e untyped-schema',
+    ])
+    expect(lintSchema({ type: 'object', patternProperties: { '^(.*)$': {} } })).toEqual([{ rule: 'untyped-schema', severity: 'warning', path: 'inputSchema.patternProperties.^(.*)$' }])
+    expect(lintSchema({ type: 'object', additionalProperties: true, properties: { n: { not: {} } } })).toEqual([])
   })
 
   test('the server names itself and offers tools only', async () => {
@@ -354,7 +375,25 @@ describe('bad arguments are tool errors naming the field; an unknown tool is JSO
     }
     expect(thrown).toBeInstanceOf(McpError)
     expect((thrown as McpError).code).toBe(-32602)
-    expect((thrown as McpError).message).toContain('delete_everything')
+    // The code once: the client's SDK prefixes it to what the server sent, which is the text alone.
+    expect((thrown as McpError).message).toBe('MCP error -32602: unknown tool "delete_everything"; tools/list names search_knowledge, run_workflow, chat_with_agent, list_resources')
+    const raw = await rpc(owner, toolCall(9001, 'delete_everything', {}))
+    expect(raw.status).toBe(200)
+    expect(raw.body.error).toEqual({ code: -32602, message: 'unknown tool "delete_everything"; tools/list names search_knowledge, run_workflow, chat_with_agent, list_resources' })
+  })
+
+  test.each([
+    ['tools/call without a name', { method: 'tools/call', params: {} }, 'params.name: '],
+    ['tools/call with a number for a name', { method: 'tools/call', params: { name: 5 } }, 'params.name: '],
+    ['tools/call with arguments that are not an object', { method: 'tools/call', params: { name: 'list_resources', arguments: 'agents' } }, 'params.arguments: '],
+    ['tools/list with a number for a cursor', { method: 'tools/list', params: { cursor: 5 } }, 'params.cursor: '],
+  ])('malformed params: JSON-RPC -32602 naming the field, not an internal error (%s)', async (_, message, start) => {
+    const res = await rpc(owner, { jsonrpc: '2.0', id: 77, ...message })
+    expect(res.status).toBe(200)
+    expect(res.body.id).toBe(77)
+    expect(res.body.error.code).toBe(-32602)
+    expect(res.body.error.message).toStartWith(start)
+    expect(res.body.error.message).not.toContain('[')
   })
 
   test('a body that is not a JSON-RPC message is a 400 in the error shape', async () => {

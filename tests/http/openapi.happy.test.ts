@@ -1,14 +1,15 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { keyFor, startHarness, workspaceOf, type Harness } from '../helpers/harness'
 
-type Schema = { type?: string; properties?: Record<string, Schema>; required?: string[]; items?: Schema; anyOf?: Schema[] }
+type Schema = { type?: string; title?: string; description?: string; const?: unknown; properties?: Record<string, Schema>; required?: string[]; items?: Schema; anyOf?: Schema[]; contentSchema?: Schema }
 type Operation = {
+  operationId?: string
   summary?: string
   tags?: string[]
   security?: Record<string, string[]>[]
   parameters?: { name: string; in: string; required?: boolean }[]
   requestBody?: { content?: Record<string, { schema?: Schema }> }
-  responses?: Record<string, { content?: Record<string, { schema?: Schema }> }>
+  responses?: Record<string, { description?: string; content?: Record<string, { schema?: Schema }> }>
 }
 type Doc = {
   openapi: string
@@ -38,7 +39,7 @@ function deref<T>(document: T): T {
   return walk(document) as T
 }
 /** Every route the app serves, as OpenAPI "method path" pairs, without the documentation's own. */
-let served: { method: string; path: string; hasBody: boolean }[]
+let served: { method: string; path: string; hasBody: boolean; operationId?: string }[]
 
 beforeAll(async () => {
   h = await startHarness()
@@ -46,14 +47,14 @@ beforeAll(async () => {
   expect(res.status).toBe(200)
   doc = deref(res.body)
   raw = res.body
-  // /console/ is the console's page again, a trailing-slash twin the document leaves out; a hook URL
-  // without its token is only refused (404), no operation.
+  // Routes that say `hide` are no API (the console's files, /console/ the page's trailing-slash twin).
   served = h.app.routes
-    .filter((r) => !r.path.startsWith('/docs') && r.path !== '/console/' && r.path !== '/v1/hooks/:trigger_id')
+    .filter((r) => !r.path.startsWith('/docs') && !(r.hooks as { detail?: { hide?: boolean } }).detail?.hide)
     .map((r) => ({
       method: r.method.toLowerCase(),
       path: r.path.replace(/:([A-Za-z0-9_]+)/g, '{$1}'),
       hasBody: Boolean((r.hooks as { body?: unknown }).body),
+      operationId: (r.hooks as { detail?: { operationId?: string } }).detail?.operationId,
     }))
 }, 30_000)
 afterAll(() => h.close())
@@ -228,11 +229,187 @@ describe('as a client generator reads it', () => {
     expect(raw.components.schemas.Workspace!.properties!.member_count).toEqual({ type: 'integer' })
   })
 
-  test('operation ids are unique, and no path ends with a slash', () => {
-    const ids = Object.values(raw.paths).flatMap((item) => Object.values(item as Record<string, { operationId?: string }>).map((o) => o.operationId))
-    expect(ids.every(Boolean)).toBe(true)
-    expect(new Set(ids).size).toBe(ids.length)
+  test('no path ends with a slash', () => {
     for (const path of Object.keys(raw.paths)) expect(path === '/' || !path.endsWith('/')).toBe(true)
+  })
+})
+
+/**
+ * Every operation's id, as a client generator names its method after it. Changing one breaks the
+ * generated clients: this list makes every change deliberate. A new route adds its line here.
+ */
+const OPERATION_IDS: Record<string, string> = {
+  'GET /console': 'getConsole',
+  'GET /healthz': 'getHealth',
+  'GET /metrics': 'getMetrics',
+  'GET /readyz': 'getReadiness',
+  'GET /v1/agents': 'listAgents',
+  'POST /v1/agents': 'createAgent',
+  'GET /v1/agents/{id}': 'getAgent',
+  'PATCH /v1/agents/{id}': 'updateAgent',
+  'DELETE /v1/agents/{id}': 'deleteAgent',
+  'POST /v1/agents/{id}/chat': 'chatWithAgent',
+  'GET /v1/agents/{id}/conversations': 'listConversations',
+  'GET /v1/api-keys': 'listApiKeys',
+  'POST /v1/api-keys': 'createApiKey',
+  'DELETE /v1/api-keys/{id}': 'revokeApiKey',
+  'POST /v1/chat/completions': 'createChatCompletion',
+  'GET /v1/conversations/{conversation_id}': 'getConversation',
+  'DELETE /v1/conversations/{conversation_id}': 'deleteConversation',
+  'GET /v1/documents/{document_id}': 'getDocument',
+  'DELETE /v1/documents/{document_id}': 'deleteDocument',
+  'POST /v1/documents/{document_id}/reparse': 'reparseDocument',
+  'POST /v1/embeddings': 'createEmbedding',
+  'POST /v1/hooks/{trigger_id}': 'fireHook',
+  'GET /v1/knowledge-bases': 'listKnowledgeBases',
+  'POST /v1/knowledge-bases': 'createKnowledgeBase',
+  'GET /v1/knowledge-bases/{id}': 'getKnowledgeBase',
+  'PATCH /v1/knowledge-bases/{id}': 'updateKnowledgeBase',
+  'DELETE /v1/knowledge-bases/{id}': 'deleteKnowledgeBase',
+  'GET /v1/knowledge-bases/{id}/documents': 'listDocuments',
+  'POST /v1/knowledge-bases/{id}/documents': 'uploadDocument',
+  'POST /v1/knowledge-bases/{id}/search': 'searchKnowledgeBase',
+  'GET /v1/machines': 'listMachines',
+  'GET /v1/machines/{name}': 'getMachine',
+  'POST /v1/mcp': 'postMcpMessage',
+  'GET /v1/models': 'listModels',
+  'POST /v1/models/embeddings': 'embedTexts',
+  'POST /v1/models/llm/chat': 'chatWithModel',
+  'POST /v1/models/rerank': 'rerankDocuments',
+  'GET /v1/models/{id}': 'getModel',
+  'GET /v1/runs': 'listRuns',
+  'GET /v1/runs/{run_id}': 'getRun',
+  'POST /v1/runs/{run_id}/cancel': 'cancelRun',
+  'GET /v1/runs/{run_id}/events': 'streamRun',
+  'POST /v1/runs/{run_id}/input': 'submitRunInput',
+  'GET /v1/runs/{run_id}/nodes': 'listRunNodes',
+  'GET /v1/triggers/{id}': 'getTrigger',
+  'PATCH /v1/triggers/{id}': 'updateTrigger',
+  'DELETE /v1/triggers/{id}': 'deleteTrigger',
+  'GET /v1/webhooks': 'listWebhooks',
+  'POST /v1/webhooks': 'createWebhook',
+  'GET /v1/webhooks/{id}': 'getWebhook',
+  'PATCH /v1/webhooks/{id}': 'updateWebhook',
+  'DELETE /v1/webhooks/{id}': 'deleteWebhook',
+  'GET /v1/webhooks/{id}/deliveries': 'listDeliveries',
+  'GET /v1/webhooks/{id}/deliveries/{delivery_id}': 'getDelivery',
+  'POST /v1/webhooks/{id}/deliveries/{delivery_id}/redeliver': 'redeliverDelivery',
+  'POST /v1/webhooks/{id}/ping': 'pingWebhook',
+  'GET /v1/workflows': 'listWorkflows',
+  'POST /v1/workflows': 'createWorkflow',
+  'GET /v1/workflows/{id}': 'getWorkflow',
+  'PUT /v1/workflows/{id}': 'updateWorkflow',
+  'DELETE /v1/workflows/{id}': 'deleteWorkflow',
+  'GET /v1/workflows/{id}/runs': 'listWorkflowRuns',
+  'POST /v1/workflows/{id}/runs': 'runWorkflow',
+  'GET /v1/workflows/{id}/triggers': 'listTriggers',
+  'POST /v1/workflows/{id}/triggers': 'createTrigger',
+  'GET /v1/workspaces': 'listWorkspaces',
+  'POST /v1/workspaces': 'createWorkspace',
+  'GET /v1/workspaces/{id}': 'getWorkspace',
+  'PATCH /v1/workspaces/{id}': 'updateWorkspace',
+  'DELETE /v1/workspaces/{id}': 'deleteWorkspace',
+  'POST /v1/workspaces/{id}/archive': 'archiveWorkspace',
+  'GET /v1/workspaces/{id}/audit-log': 'listAuditLog',
+  'PUT /v1/workspaces/{id}/budget': 'setBudget',
+  'GET /v1/workspaces/{id}/members': 'listMembers',
+  'POST /v1/workspaces/{id}/members': 'addMember',
+  'PATCH /v1/workspaces/{id}/members/{user_id}': 'updateMember',
+  'DELETE /v1/workspaces/{id}/members/{user_id}': 'removeMember',
+  'POST /v1/workspaces/{id}/restore': 'restoreWorkspace',
+  'POST /v1/workspaces/{id}/transfer': 'transferWorkspace',
+  'GET /v1/workspaces/{id}/usage': 'getUsage',
+}
+
+describe('operation ids', () => {
+  test('every route names its own operationId in its detail (the generator would make up an unreadable one)', () => {
+    // A route missing from this list has none: give it `detail: { operationId: 'verbNoun', ... }`.
+    expect(served.filter((r) => !r.operationId).map(routeName)).toEqual([])
+  })
+
+  test('are identifiers (letters and digits, a letter first), unique, and the served ones', () => {
+    const ids = served.map((r) => op(r.method, r.path)!.operationId!)
+    expect(ids.filter((id) => !/^[A-Za-z][A-Za-z0-9]*$/.test(id))).toEqual([])
+    expect(ids.filter((id, i) => ids.indexOf(id) !== i)).toEqual([])
+    for (const r of served) expect({ route: routeName(r), id: op(r.method, r.path)!.operationId }).toEqual({ route: routeName(r), id: r.operationId })
+  })
+
+  test('are these, and change only on purpose', () => {
+    const documented = Object.fromEntries(served.map((r) => [routeName(r), op(r.method, r.path)!.operationId]))
+    expect(documented).toEqual(OPERATION_IDS)
+  })
+})
+
+test('every response says what it is: none is the generator\'s "Response for status ..." or a bare "Error"', () => {
+  const vague: string[] = []
+  for (const [path, item] of Object.entries(doc.paths)) {
+    for (const [method, o] of Object.entries(item)) {
+      for (const [status, response] of Object.entries(o.responses ?? {})) {
+        const d = response.description ?? ''
+        if (/^Response for status/.test(d) || d === 'Error' || d.trim().length < 8) vague.push(`${method.toUpperCase()} ${path} ${status}: ${JSON.stringify(d)}`)
+      }
+    }
+  }
+  expect(vague).toEqual([])
+  expect(op('get', '/v1/workspaces/{id}')!.responses!['404']!.description).toContain('not_found')
+  expect(op('post', '/v1/workspaces')!.responses!['201']!.description).toBe('The workspace created')
+})
+
+test('the console\'s files and the reference UI\'s are left out; the console\'s page is in', async () => {
+  const paths = Object.keys(raw.paths)
+  expect(paths.filter((p) => p.startsWith('/console/') || p.startsWith('/docs') || /\.[a-z]+$/.test(p))).toEqual([])
+  expect(paths).toContain('/console')
+  // Served all the same.
+  for (const file of ['/console/app.css', '/console/vendor/mermaid.min.js', '/docs/assets/swagger-ui.css']) {
+    expect((await h.app.handle(new Request(`${h.base}${file}`))).status).toBe(200)
+  }
+})
+
+describe('streamed answers are declared as text/event-stream, with their events', () => {
+  /** The events a route's stream declares: name (or the data of an unnamed one) → its data's schema. */
+  function eventsOf(method: string, path: string): Record<string, Schema | undefined> {
+    const o = op(method, path)!
+    const json = o.responses!['200']!.content!['application/json']
+    expect(json?.schema).toBeDefined()
+    const stream = o.responses!['200']!.content!['text/event-stream']?.schema
+    expect({ route: `${method} ${path}`, declared: Boolean(stream?.anyOf?.length) }).toEqual({ route: `${method} ${path}`, declared: true })
+    expect(stream!.description).toMatch(/server-sent events/)
+    return Object.fromEntries(stream!.anyOf!.map((e) => {
+      expect(e.description?.length ?? 0).toBeGreaterThan(8)
+      const data = e.properties!.data!
+      return [e.properties!.event?.const ?? data.const ?? 'chunk', data.contentSchema]
+    }))
+  }
+
+  test.each([
+    ['post', '/v1/workflows/{id}/runs'],
+    ['get', '/v1/runs/{run_id}/events'],
+  ])('a run\'s events: %s %s', (method, path) => {
+    const events = eventsOf(method, path)
+    expect(Object.keys(events)).toEqual(['node_start', 'node_end', 'message', 'usage', 'done'])
+    expect(Object.keys(events.node_end!.properties!)).toEqual(['node', 'node_id', 'duration_ms', 'output', 'attempt'])
+    expect(events.done!.properties!.status).toMatchObject({ enum: ['completed', 'failed', 'cancelled'] })
+    const stream = op(method, path)!.responses!['200']!.content!['text/event-stream']!.schema!
+    for (const e of stream.anyOf!) expect(e.required).toEqual(['event', 'id', 'data'])
+  })
+
+  test('an agent\'s chat turn', () => {
+    const events = eventsOf('post', '/v1/agents/{id}/chat')
+    expect(Object.keys(events)).toEqual(['message', 'tool_call', 'tool_result', 'usage', 'done', 'error'])
+    expect(events.error!.required).toEqual(['request_id', 'error'])
+  })
+
+  test.each([['/v1/models/llm/chat'], ['/v1/chat/completions']])('OpenAI\'s chunks: POST %s', (path) => {
+    const events = eventsOf('post', path)
+    expect(Object.keys(events)).toEqual(['chunk', '[DONE]', 'error'])
+    expect(events.chunk!.properties!.object).toMatchObject({ const: 'chat.completion.chunk' })
+  })
+
+  test('and no other route claims to stream', () => {
+    const streaming = Object.entries(doc.paths).flatMap(([path, item]) =>
+      Object.entries(item).filter(([, o]) => Object.values(o.responses ?? {}).some((r) => r.content?.['text/event-stream'])).map(([method]) => `${method.toUpperCase()} ${path}`))
+    expect(streaming.sort()).toEqual(['GET /v1/runs/{run_id}/events', 'POST /v1/agents/{id}/chat', 'POST /v1/chat/completions', 'POST /v1/models/llm/chat', 'POST /v1/workflows/{id}/runs'])
+    expect(JSON.stringify(raw)).not.toContain('x-event-stream')
   })
 })
 

@@ -1,7 +1,9 @@
 import { Server } from '@modelcontextprotocol/sdk/server/index.js'
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv'
-import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError, type Tool } from '@modelcontextprotocol/sdk/types.js'
+import {
+  CallToolRequestSchema, ErrorCode, InitializeRequestSchema, ListToolsRequestSchema, McpError, PingRequestSchema, type JSONRPCMessage, type RequestId, type Tool,
+} from '@modelcontextprotocol/sdk/types.js'
 import type { Static, TSchema } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import type { Deps } from '../../deps'
@@ -96,13 +98,51 @@ export async function handleMcpRequest(tools: readonly McpTool[], call: McpCall,
   })
   // Errors reach the JSON-RPC answer, or the route as call.failure; the SDK's console output is not wanted.
   server.onerror = () => {}
-  const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
+  const refused = invalidParams(body)
+  if (refused) return Response.json(refused)
+  const transport = new JsonRpcTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
   await server.connect(transport)
   try {
     return await transport.handleRequest(request, { parsedBody: body })
   } finally {
     await server.close()
   }
+}
+
+/** The requests this server answers, by method, as the SDK's own schemas define their params. */
+const REQUESTS = { initialize: InitializeRequestSchema, ping: PingRequestSchema, 'tools/list': ListToolsRequestSchema, 'tools/call': CallToolRequestSchema } as const
+
+/**
+ * A request whose params do not match its method's schema: JSON-RPC -32602 naming the first field
+ * wrong. Left to the SDK, its schema's failure went out as -32603 (an internal error) with the
+ * validator's issues as a JSON dump for a message.
+ */
+function invalidParams(body: unknown): JSONRPCMessage | null {
+  const message = body as { id?: string | number; method?: unknown }
+  if (message.id === undefined || typeof message.method !== 'string' || !Object.hasOwn(REQUESTS, message.method)) return null
+  const checked = REQUESTS[message.method as keyof typeof REQUESTS].safeParse(body)
+  if (checked.success) return null
+  const issue = checked.error.issues[0]!
+  return { jsonrpc: '2.0', id: message.id, error: { code: ErrorCode.InvalidParams, message: `${issue.path.join('.') || 'params'}: ${issue.message}` } }
+}
+
+/**
+ * The SDK's transport, with each JSON-RPC error's message stated once. An McpError's message already
+ * reads "MCP error <code>: <text>", and the SDK sends that message as it is beside the code, so the
+ * client's SDK, which prefixes the code itself, showed "MCP error -32602: MCP error -32602: <text>".
+ * The wire carries the text alone, as JSON-RPC means `message` (the code has its own field).
+ */
+class JsonRpcTransport extends WebStandardStreamableHTTPServerTransport {
+  override send(message: JSONRPCMessage, options?: { relatedRequestId?: RequestId }): Promise<void> {
+    return super.send(withPlainError(message), options)
+  }
+}
+
+export function withPlainError(message: JSONRPCMessage): JSONRPCMessage {
+  if (!('error' in message) || !message.error) return message
+  const prefix = `MCP error ${message.error.code}: `
+  if (!message.error.message.startsWith(prefix)) return message
+  return { ...message, error: { ...message.error, message: message.error.message.slice(prefix.length) } }
 }
 
 /**
