@@ -66,7 +66,7 @@ export function triggerRoutes(deps: Deps) {
     .post('/workflows/:id/triggers/:trigger_id/rotate', async ({ caller, requestId, params, request }) =>
       envelope(requestId, toTrigger(await triggers.rotateHookToken(deps, caller, params.id, params.trigger_id), baseOf(deps, request))), {
       params: RotateTriggerParams,
-      response: { 200: Envelope(Trigger), ...errors(403, 404, 409, 422) },
+      response: { 200: Envelope(Trigger, 'The trigger with its new URL; the old one no longer works'), ...errors(403, 404, 409, 422) },
       detail: {
         tags,
         summary: 'Give a webhook trigger\'s URL a new token (developer)',
