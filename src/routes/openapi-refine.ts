@@ -8,7 +8,9 @@ type Json = any // a JSON document walked by shape
  * - every schema is inlined (the error body alone 532 times): the shared ones named in `named` are
  *   moved to `components.schemas` and referred to with `$ref`, recognised by their property names;
  * - integers are written `integer | string(format integer)` (how Elysia coerces query strings): one type;
- * - `limit` is a pattern-checked string on the wire, as every query value is: an integer from 1 to 100.
+ * - `limit` is a pattern-checked string on the wire, as every query value is: an integer from 1 to 100;
+ * - a response without a body (`t.Void()`: a 204) is given `content: { type: 'void' }`, which is no
+ *   media type: it has no content.
  */
 export function refineDocument(doc: Json, named: Record<string, TSchema>): Json {
   const out = numbersAsNumbers(structuredClone(doc))
@@ -16,6 +18,9 @@ export function refineDocument(doc: Json, named: Record<string, TSchema>): Json 
     for (const op of Object.values<Json>(path)) {
       for (const p of op?.parameters ?? []) {
         if (p.in === 'query' && p.name === 'limit') p.schema = { type: 'integer', minimum: 1, maximum: 100, default: 20, description: p.schema?.description ?? 'Page size' }
+      }
+      for (const r of Object.values<Json>(op?.responses ?? {})) {
+        if (typeof r?.content?.type === 'string') delete r.content
       }
     }
   }
