@@ -129,7 +129,7 @@ export async function submitInput(deps: Deps, caller: Caller, runId: string, bod
   throw new AppError('conflict', `run ${runId} kept changing while the input was being saved; retry`)
 }
 
-export type NodeState = 'pending' | 'running' | 'retrying' | 'waiting' | 'completed' | 'failed' | 'skipped'
+export type NodeState = 'pending' | 'running' | 'retrying' | 'waiting' | 'completed' | 'failed' | 'skipped' | 'cancelled'
 
 export interface NodeView {
   node: string
@@ -144,16 +144,24 @@ export interface NodeView {
   error: { code: string; message: string } | null
 }
 
+/** What a node neither done nor skipped is once its run was cancelled (snapshots written before the machine said so included). */
+const UNFINISHED = new Set(['running', 'waiting', 'retrying'])
+
 /**
  * Each node of the run's graph (the version it runs) with its state now (GET /v1/runs/{run_id}/nodes):
  * what the console draws, and what a client polls to follow a run node by node without the stream.
+ * In a cancelled run every node that had not ended (pending, running, retrying, waiting) is
+ * `cancelled`, and nothing shows an `until`.
  */
 export async function runNodes(deps: Deps, run: runs.RunRow): Promise<{ graph: Graph; nodes: NodeView[] }> {
   const graph = await getWorkflowVersion(deps.db.sql, run.workflow_id, run.workflow_version)
   const progress = loadRow(runDefinition, run).snapshot.context.progress
+  const cancelled = run.status === 'cancelled'
   const nodes = graph.nodes.map((n): NodeView => {
     const p = progress[n.id]
-    const state: NodeState = !p ? (run.status === 'running' ? 'pending' : 'skipped') : p.status
+    const state: NodeState = !p
+      ? (run.status === 'running' ? 'pending' : cancelled ? 'cancelled' : 'skipped')
+      : cancelled && UNFINISHED.has(p.status) ? 'cancelled' : p.status
     return {
       node: n.id,
       name: n.name ?? null,
@@ -162,7 +170,7 @@ export async function runNodes(deps: Deps, run: runs.RunRow): Promise<{ graph: G
       attempt: p && p.status !== 'skipped' ? (p.attempt ?? 1) : null,
       started_at: p?.started_at ?? null,
       duration_ms: p?.duration_ms ?? null,
-      until: p && (p.status === 'retrying' || p.status === 'waiting') ? (p.until ?? null) : null,
+      until: p && (state === 'retrying' || state === 'waiting') ? (p.until ?? null) : null,
       error: p?.error ?? null,
     }
   })
