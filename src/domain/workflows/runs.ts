@@ -12,7 +12,7 @@ import { loadWorkflow } from './service'
 import { findWorkflow, getWorkflowVersion, type WorkflowRow } from '../../store/workflows'
 import type { Graph } from './types'
 import { commitRun, parseRunMessage, published, RUN_TIMER, runChannel } from './transitions'
-import { cancelDescendants, cancelOne } from './children'
+import { cancelTrees } from './cancel'
 import { schemaErrors } from '../../lib/json-schema'
 import { loadRow } from '../../machines/definition'
 
@@ -68,9 +68,10 @@ export async function listAllRuns(deps: Deps, caller: Caller, workspaceId: strin
 }
 
 /**
- * Only a running run can be cancelled (docs/workflows.md); the node in flight is aborted (via
- * pub/sub). The row is locked for the transition, so the worker's next guarded write waits for it
- * and then finds the run cancelled.
+ * Only a running run can be cancelled (docs/workflows.md, "Cancelling a run"): the run and every run
+ * below it, at any depth, are cancelled in one transaction, and their workers abort the nodes in
+ * flight (one message on the cancel channel). The rows are locked for the transition, so a worker's
+ * next guarded write waits for it and then finds its run cancelled.
  */
 export async function cancelRun(deps: Deps, caller: Caller, runId: string): Promise<runs.RunRow> {
   const { row: found, role } = await loadOwnedWithRole(deps.db.sql, caller, 'run', runId, 'use', runs.findRun)
@@ -78,12 +79,11 @@ export async function cancelRun(deps: Deps, caller: Caller, runId: string): Prom
   if (only !== null && found.user_id !== only) {
     throw new AppError('forbidden', `below the developer role a key cancels only its own user_id's runs; run ${runId} is ${found.user_id}'s`)
   }
-  const { cancelled, row } = await cancelOne(deps, runId)
-  if (!cancelled) throw new AppError('run_not_running', `run ${runId} is ${row?.status ?? 'gone'}; only a running run can be cancelled`)
-  // The runs it started (sub_workflow, iteration) and theirs are cancelled with it.
-  await cancelDescendants(deps, runId)
-  deps.events.nudge()
-  return row!
+  const notRunning = (status: string) => new AppError('run_not_running', `run ${runId} is ${status}; only a running run can be cancelled`)
+  if (found.status !== 'running') throw notRunning(found.status)
+  const row = (await cancelTrees(deps, [runId], { root: runId })).find((r) => r.id === runId)
+  if (!row) throw notRunning((await runs.findRun(deps.db.sql, runId))?.status ?? 'gone')
+  return row
 }
 
 /**
