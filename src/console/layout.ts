@@ -55,6 +55,7 @@ export const STATE_LABEL: Record<string, string> = {
   completed: 'done',
   failed: 'failed',
   skipped: 'skipped',
+  cancelled: 'cancelled',
 }
 
 export function stateText(state: string, attempt: number | null | undefined): string {

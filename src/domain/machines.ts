@@ -47,6 +47,22 @@ export async function commitTransition<TRow extends MachineRow<TContext>, TConte
   return io.write(sql, row, next, entered, extra)
 }
 
+/**
+ * What `commitTransition` would write for `events`, without writing it: the row (upgraded), its next
+ * snapshot and the outbox event the state it enters announces. For a statement that writes many
+ * rows' transitions at once (a run and every run below it cancelled together); the machine decides
+ * each snapshot exactly as for one row. Throws `io.refused` when the machine refuses an event.
+ */
+export function transitionOne<TRow extends MachineRow<TContext>, TContext, TEvent, TExtra>(
+  io: MachineIO<TRow, TContext, TEvent, TExtra>,
+  stored: TRow,
+  events: TEvent[],
+): { row: TRow; next: Persisted<TContext>; announce: string | undefined } {
+  const row = readable(io.definition, stored)
+  const next = transitionOf(io, row, events)
+  return { row, next, announce: next.value !== row.snapshot.value ? io.definition.announces[next.value] : undefined }
+}
+
 /** The snapshot after `events` and `more`, or the row's own when nothing was applied; throws when refused. */
 function transitionOf<TRow extends MachineRow<TContext>, TContext, TEvent, TExtra>(
   io: MachineIO<TRow, TContext, TEvent, TExtra>,

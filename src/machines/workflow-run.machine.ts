@@ -9,7 +9,8 @@ import type { MachineDefinition } from './definition'
  */
 export const RUN_MACHINE_VERSION = 2
 
-export type NodeStatus = 'running' | 'waiting' | 'retrying' | 'completed' | 'skipped' | 'failed'
+/** `cancelled`: the node was running, waiting or retrying when the run was cancelled (the run's end, never a node's own). */
+export type NodeStatus = 'running' | 'waiting' | 'retrying' | 'completed' | 'skipped' | 'failed' | 'cancelled'
 
 export interface NodeProgress {
   status: NodeStatus
@@ -86,6 +87,23 @@ export const runMachine = setup({
     markSkipped: assign({
       progress: ({ context, event }) => (event.type === 'node.skipped' ? { ...context.progress, [event.node]: { status: 'skipped' as const } } : context.progress),
     }),
+    /** Nothing in flight outlives the run: a wait's or a back-off's `until` and an input's prompt go with it. */
+    markCancelled: assign({
+      progress: ({ context }) => {
+        const progress: Record<string, NodeProgress> = {}
+        for (const [id, p] of Object.entries(context.progress)) {
+          if (p.status !== 'running' && p.status !== 'waiting' && p.status !== 'retrying') {
+            progress[id] = p
+            continue
+          }
+          const cancelled: NodeProgress = { ...p, status: 'cancelled' }
+          delete cancelled.until
+          delete cancelled.input
+          progress[id] = cancelled
+        }
+        return progress
+      },
+    }),
     recordOutputs: assign({ outputs: ({ event }) => (event.type === 'node.completed' ? (event.output as Record<string, unknown>) : null) }),
     recordFailure: assign({
       progress: ({ context, event }) =>
@@ -112,7 +130,11 @@ export const runMachine = setup({
         ],
         'node.skipped': { actions: 'markSkipped', description: 'on a branch a condition did not take' },
         'node.failed': { target: 'failed', actions: 'recordFailure', description: 'its last attempt failed and on_error is fail' },
-        'cancel.requested': { target: 'cancelled', description: 'POST /v1/runs/{id}/cancel; the node in flight is aborted' },
+        'cancel.requested': {
+          target: 'cancelled',
+          actions: 'markCancelled',
+          description: 'POST /v1/runs/{id}/cancel, or an ancestor run cancelled or ended without completing; the node in flight is aborted, and every node running, waiting or retrying is cancelled',
+        },
       },
     },
     completed: { type: 'final', description: 'workflow.run.completed' },
@@ -125,7 +147,8 @@ export const runMachine = setup({
  * The run machine as the service runs it, and its announcements. Version 2 added retrying nodes,
  * attempts, waiting for input and node errors to the progress; every version 1 snapshot is a valid
  * version 2 one as it is, but a version 1 process would not know what a retrying or input-waiting
- * node is, so the bump keeps it away from the runs version 2 writes.
+ * node is, so the bump keeps it away from the runs version 2 writes. A `cancelled` node needed no
+ * bump: it is only ever in the snapshot of a cancelled run, which no worker of any version executes.
  */
 export const runDefinition: MachineDefinition<RunContext> = {
   name: 'workflow-run',

@@ -14,6 +14,8 @@ type Json = any // a JSON document walked by shape
  * - an error answer is described by its status and the error codes it carries, not as "Error";
  * - a route that also streams declares it in its `detail` (src/routes/streams.model.ts): that becomes
  *   the `text/event-stream` content of its 200 answer, beside the JSON one.
+ * - a response without a body (`t.Void()`: a 204) is given `content: { type: 'void' }`, which is no
+ *   media type: it has no content.
  */
 export function refineDocument(doc: Json, named: Record<string, TSchema>): Json {
   const out = numbersAsNumbers(structuredClone(doc))
@@ -24,6 +26,7 @@ export function refineDocument(doc: Json, named: Record<string, TSchema>): Json 
       }
       for (const [status, response] of Object.entries<Json>(op?.responses ?? {})) {
         if (response.description === 'Error' && ERROR_ANSWERS[status]) response.description = ERROR_ANSWERS[status]
+        if (typeof response?.content?.type === 'string') delete response.content
       }
       const events = op?.[EVENT_STREAM]
       if (events) {

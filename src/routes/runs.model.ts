@@ -109,8 +109,8 @@ export const NodeView = t.Object({
   node: t.String({ description: 'The node\'s id' }),
   name: t.Union([t.String(), t.Null()]),
   type: t.String(),
-  state: t.UnionEnum(['pending', 'running', 'retrying', 'waiting', 'completed', 'failed', 'skipped'], {
-    description: 'pending: not started yet; skipped: on a branch not taken (or never reached by a run that ended)',
+  state: t.UnionEnum(['pending', 'running', 'retrying', 'waiting', 'completed', 'failed', 'skipped', 'cancelled'], {
+    description: 'pending: not started yet; skipped: on a branch not taken (or never reached by a run that completed or failed); cancelled: not ended (pending, running, retrying or waiting) when its run was cancelled',
   }),
   attempt: t.Union([t.Integer(), t.Null()], { description: 'The attempt in flight, or the next one while retrying' }),
   started_at: t.Union([Timestamp, t.Null()]),

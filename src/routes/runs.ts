@@ -130,6 +130,13 @@ export function runRoutes(deps: Deps) {
       const after = lastHeader === undefined ? 0 : Number(lastHeader)
       if (!Number.isInteger(after) || after < 0) throw invalid('Last-Event-ID', 'must be a non-negative integer (an event id: line)')
       if (wantsStream(headers.accept)) {
+        // The run ended and the client has its last event (the terminal `done`) or asks past it:
+        // nothing will ever follow. 204 is what tells an EventSource to stop reconnecting; an empty
+        // 200 would have it reconnect forever (docs/workflows.md, "Runs").
+        if (run.status !== 'running' && after >= run.next_seq - 1) {
+          set.status = 204
+          return undefined as never
+        }
         const abort = new AbortController()
         // Cast: Elysia types an async handler as a Promise of one answer type (a Response, or a declared body), not of their union.
         return sseResponse(deps, request, set, route, sseOf(runsDomain.followRun(deps, run.id, after, abort.signal)), abort) as never
@@ -139,7 +146,17 @@ export function runRoutes(deps: Deps) {
     }, {
       params: RunParams,
       query: EventsQuery,
-      response: { 200: Described(RunEvents, 'The run\'s stored events (JSON), or with Accept: text/event-stream its live stream'), ...errors(404) },
-      detail: { operationId: 'streamRun', ...RunEventStream('With Accept: text/event-stream, after Last-Event-ID (or ?after=)'), tags, summary: 'The run\'s stored event log; with Accept: text/event-stream a live stream resuming after Last-Event-ID' },
+      response: {
+        200: Described(RunEvents, 'The run\'s stored events (JSON), or with Accept: text/event-stream its live stream'),
+        204: t.Void({ description: 'With Accept: text/event-stream only: the run has ended and Last-Event-ID (or after) is at or past its last event (done); nothing more will come, and an EventSource stops reconnecting' }),
+        ...errors(404),
+      },
+      detail: {
+        operationId: 'streamRun',
+        ...RunEventStream('With Accept: text/event-stream, after Last-Event-ID (or ?after=)'),
+        tags,
+        summary: 'The run\'s stored event log; with Accept: text/event-stream a live stream resuming after Last-Event-ID',
+        description: 'The stream replays the stored events after Last-Event-ID, then follows the live ones while the run runs, and ends after done. Reconnecting once done was received answers 204 No Content.',
+      },
     })
 }

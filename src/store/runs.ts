@@ -1,4 +1,5 @@
 import { notFound } from '../lib/errors'
+import { newId } from '../lib/ids'
 import type { Usage } from '../lib/usage'
 import type { ListQuery } from '../lib/lists'
 import type { Persisted } from '../machines/runner'
@@ -126,23 +127,31 @@ export async function parkRun(sql: Tx | Sql, id: string, owner: string, nextSeq:
   return rows.length === 1
 }
 
-/** A new run started by a node of `parent_run_id`; the one already started for that node and item when there is one. */
+/**
+ * A new run started by a node of `parent_run_id`; the one already started for that node and item when
+ * there is one; null when the parent is no longer running and had not started it. The parent's row
+ * is read `for share` in the same statement: a cancel holding it (`lockRunningTree`) makes this wait
+ * and then find the parent cancelled, and a cancel that comes second waits for this child to be
+ * committed and cancels it with the others. So no child is created once a cancel has committed.
+ */
 export async function insertChildRun(
   sql: Sql,
   r: Pick<RunRow, 'id' | 'workflow_id' | 'workflow_version' | 'workspace_id' | 'user_id' | 'inputs' | 'snapshot' | 'machine_version' | 'request_id' | 'parent_run_id' | 'parent_node' | 'item_index' | 'depth'>,
-): Promise<RunRow> {
+): Promise<RunRow | null> {
   const [row] = await sql<RunRow[]>`
+    with parent as (select id from runs where id = ${r.parent_run_id} and status = 'running' for share)
     insert into runs (id, workflow_id, workflow_version, workspace_id, user_id, status, inputs, snapshot, machine_version, request_id,
                       parent_run_id, parent_node, item_index, depth, trace_context)
-    values (${r.id}, ${r.workflow_id}, ${r.workflow_version}, ${r.workspace_id}, ${r.user_id}, 'running',
-            ${sql.json(r.inputs as never)}, ${sql.json(r.snapshot as never)}, ${r.machine_version}, ${r.request_id},
-            ${r.parent_run_id}, ${r.parent_node}, ${r.item_index}, ${r.depth}, ${traceJson(sql)})
+    select ${r.id}::text, ${r.workflow_id}::text, ${r.workflow_version}::int, ${r.workspace_id}::text, ${r.user_id}::text, 'running',
+           ${sql.json(r.inputs as never)}::jsonb, ${sql.json(r.snapshot as never)}::jsonb, ${r.machine_version}::int, ${r.request_id}::text,
+           parent.id, ${r.parent_node}::text, ${r.item_index}::int, ${r.depth}::int, ${traceJson(sql)}::jsonb
+    from parent
     on conflict (parent_run_id, parent_node, coalesce(item_index, -1)) where parent_run_id is not null do nothing
     returning *`
   if (row) return row
   const [existing] = await sql<RunRow[]>`
     select * from runs where parent_run_id = ${r.parent_run_id} and parent_node = ${r.parent_node} and coalesce(item_index, -1) = ${r.item_index ?? -1}`
-  return existing!
+  return existing ?? null
 }
 
 /** What a parent waits for of its children: how each ended, or that it still runs. */
@@ -155,15 +164,74 @@ export function childRuns(sql: Sql, parentId: string, node: string, ids?: string
     where parent_run_id = ${parentId} and parent_node = ${node} ${ids ? sql`and id in ${sql(ids)}` : sql``}`
 }
 
-/** The runs below `runId` (children, their children, …) still running. */
-export async function runningDescendants(sql: Sql, runId: string): Promise<string[]> {
-  const rows = await sql<{ id: string }[]>`
-    with recursive d as (
-      select id, status from runs where parent_run_id = ${runId}
+/**
+ * The running runs among `ids` and below them (children, theirs, … through runs that ended too),
+ * locked for update in id order, so that two cancels of overlapping trees never deadlock. While the
+ * caller's transaction lasts none of them starts a child (`insertChildRun` shares the parent's lock)
+ * and no worker writes them. A child committed while this waited for a lock is not among them: call
+ * again until the set stops growing (docs/workflows.md, "Cancelling a run").
+ */
+export function lockRunningTree(tx: Sql, ids: string[]): Promise<RunRow[]> {
+  return tx<RunRow[]>`
+    with recursive d (id) as (
+      select id from runs where id in ${tx(ids)}
       union all
-      select r.id, r.status from runs r join d on r.parent_run_id = d.id)
-    select id from d where status = 'running'`
+      select r.id from runs r join d on r.parent_run_id = d.id)
+    select * from runs where id in (select id from d) and status = 'running' order by id for update`
+}
+
+/** Those of `ids` that are no longer running (a worker aborts their work). */
+export async function endedAmong(sql: Sql, ids: string[]): Promise<string[]> {
+  if (ids.length === 0) return []
+  const rows = await sql<{ id: string }[]>`select id from runs where id in ${sql(ids)} and status <> 'running'`
   return rows.map((r) => r.id)
+}
+
+/** A run's end as computed by its machine, for `writeEnds`. */
+export interface RunEnd {
+  id: string
+  /** The row's `next_seq` as read: the row is written only if it is still so. */
+  next_seq: number
+  status: Exclude<RunStatus, 'running'>
+  snapshot: Persisted<RunContext>
+  outputs: Record<string, unknown> | null
+  error: RunRow['error']
+  log: { type: string; data: Record<string, unknown> }[]
+  /** The outbox event the end announces (its `data` gains the run's `duration_ms`). */
+  outbox: { type: string; data: Record<string, unknown> } | null
+}
+
+/**
+ * Many runs' ends in one statement (a run and every run below it cancelled): each row as
+ * `writeTransition` writes a run's end (snapshot, outcome, lease let go), its log rows numbered on
+ * from its `next_seq`, its outbox event; only rows still running and unchanged since read. Answers
+ * the rows as written.
+ */
+export async function writeEnds(sql: Sql, ends: RunEnd[]): Promise<RunRow[]> {
+  if (ends.length === 0) return []
+  const rows = ends.map((e) => ({ ...e, event_id: e.outbox ? newId('evt') : null }))
+  return sql<RunRow[]>`
+    with x as (
+      select * from jsonb_to_recordset(${sql.json(rows as never)})
+        as x(id text, next_seq integer, status text, snapshot jsonb, outputs jsonb, error jsonb, log jsonb, outbox jsonb, event_id text)),
+    u as (
+      update runs r set
+        status = x.status, snapshot = x.snapshot, machine_version = ${RUN_MACHINE_VERSION}, waiting = null,
+        outputs = x.outputs, error = x.error, finished_at = now(),
+        duration_ms = (extract(epoch from (now() - r.created_at)) * 1000)::int,
+        lease_owner = null, lease_until = null, next_seq = r.next_seq + jsonb_array_length(x.log), updated_at = now()
+      from x where r.id = x.id and r.status = 'running' and r.next_seq = x.next_seq
+      returning r.*),
+    e as (
+      insert into run_events (run_id, seq, type, data)
+      select u.id, u.next_seq - jsonb_array_length(x.log) + l.ord::int - 1, l.e->>'type', l.e->'data'
+      from u join x on x.id = u.id cross join lateral jsonb_array_elements(x.log) with ordinality as l(e, ord)),
+    o as (
+      insert into events (id, workspace_id, type, data, created_at, trace_context)
+      select x.event_id, u.workspace_id, x.outbox->>'type', (x.outbox->'data') || jsonb_build_object('duration_ms', u.duration_ms),
+             clock_timestamp(), ${traceJson(sql)}::jsonb
+      from u join x on x.id = u.id where x.outbox is not null)
+    select * from u`
 }
 
 export interface RunWrite {

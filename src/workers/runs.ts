@@ -5,7 +5,8 @@ import { inputSpec } from '../domain/workflows/graph'
 import { plan } from '../domain/workflows/plan'
 import { CANCEL_CHANNEL, commitRun, published, RUN_TIMER, RunNotRunning, type LogEvent } from '../domain/workflows/transitions'
 import { agentPort } from '../domain/agents/node-port'
-import { cancelDescendants, childPort } from '../domain/workflows/children'
+import { childPort } from '../domain/workflows/children'
+import { cancelTrees } from '../domain/workflows/cancel'
 import { renderText } from '../domain/workflows/templates'
 import { ERROR_HANDLE, NodeError, type ChildPort, type Graph, type GraphNode, type NodeResult, type Variables } from '../domain/workflows/types'
 import { loadRow } from '../machines/definition'
@@ -37,6 +38,8 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
   private readonly graphs = new Map<string, Graph>()
   private swept = 0
   private unsubscribe: (() => Promise<void>) | null = null
+  private checking = false
+  private recheck = false
 
   constructor(private readonly deps: Deps) {
     super(deps.db.sql, { what: 'run worker', table: runs.runLeases, definition: runDefinition, leaseMs: RUN_LEASE_MS, max: MAX_RUNS, idleMs: IDLE_POLL_MS }, deps.log)
@@ -45,9 +48,36 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
   override start() {
     super.start()
     this.deps.redis
-      .subscribe(CANCEL_CHANNEL, (id) => this.active.get(id)?.abort(new RunNotRunning('cancelled')))
+      .subscribe(CANCEL_CHANNEL, (id) => {
+        this.active.get(id)?.abort(new RunNotRunning('cancelled'))
+        void this.abortEnded()
+      })
       .then((u) => (this.unsubscribe = u))
       .catch((err) => this.log.warn({ err }, 'run worker: cancels reach this worker only at its next write (pub/sub unavailable)'))
+  }
+
+  /**
+   * A cancel ended runs (a whole tree: one message names only one of them): the work on those of this
+   * worker's runs that are no longer running is aborted, the node in flight with it. Messages that
+   * come while a check is under way are answered by one more check.
+   */
+  private async abortEnded(): Promise<void> {
+    if (this.checking) {
+      this.recheck = true
+      return
+    }
+    this.checking = true
+    try {
+      do {
+        this.recheck = false
+        const ids = [...this.active.keys()]
+        for (const id of await runs.endedAmong(this.deps.db.sql, ids)) this.active.get(id)?.abort(new RunNotRunning('cancelled'))
+      } while (this.recheck)
+    } catch (err) {
+      this.log.warn({ err }, 'run worker: could not check which runs a cancel ended (their next write stops them)')
+    } finally {
+      this.checking = false
+    }
   }
 
   protected override stopped(why: string) {
@@ -211,7 +241,7 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
               if (run.status === 'failed') markError(traced.span, run.error?.message ?? 'the run failed')
             }
             ac.abort(new RunNotRunning(`run ${run.status}`))
-            if (run.status !== 'completed') await cancelDescendants(this.deps, run.id)
+            if (run.status !== 'completed') await cancelTrees(this.deps, [run.id])
           } else for (const id of started) launch(id)
           return
         }

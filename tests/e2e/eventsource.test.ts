@@ -81,3 +81,43 @@ test('a dropped stream resumes with Last-Event-ID: every event once, in order, t
   expect(got.map((e) => [Number(e.id), e.type])).toEqual(stored.map((e) => [e.seq, e.event]))
   expect(got.map((e) => e.data)).toEqual(stored.map((e) => e.data))
 }, 60_000)
+
+test('a finished run: every stored event once, the stream ends, and the reconnection is a 204 that stops EventSource', async () => {
+  const wf = await env.workflow(chain(start(), tpl('a', 'x'), tpl('b', '{{nodes.a.output.text}}y'), end({ text: '{{nodes.b.output.text}}' })))
+  const done = await env.trigger(wf)
+  expect(done.body.status).toBe('completed')
+  const runId = done.body.run_id as string
+  const stored = (await env.h.call('GET', `/v1/runs/${runId}/events`, { key: env.owner })).body.data as { seq: number; event: string; data: unknown }[]
+  expect(stored.at(-1)!.event).toBe('done')
+  /** Each connection the client made: the Last-Event-ID it sent and the status it got. */
+  const connections: { lastEventId: string | null; status: number }[] = []
+  const got: { id: string; type: string; data: unknown }[] = []
+  const source = await new Promise<EventSource>((resolve, reject) => {
+    const es: EventSource = new EventSource(`http://127.0.0.1:${server.port}/v1/runs/${runId}/events`, {
+      fetch: async (input, init) => {
+        const headers: Record<string, string> = { ...(init?.headers as Record<string, string>), authorization: `Bearer ${env.owner}` }
+        const res = await fetch(input, { ...init, headers })
+        connections.push({ lastEventId: headers['last-event-id'] ?? headers['Last-Event-ID'] ?? null, status: res.status })
+        return res
+      },
+    })
+    // Without the 204 the client reconnects every few seconds for ever: 30 s of it is a failure.
+    const timer = setTimeout(() => (es.close(), reject(new Error(`EventSource still open after ${connections.length} connections: ${JSON.stringify(connections)}`))), 30_000)
+    for (const type of ['node_start', 'node_end', 'usage', 'message', 'done']) {
+      es.addEventListener(type, (e) => got.push({ id: e.lastEventId, type, data: JSON.parse(e.data) }))
+    }
+    es.addEventListener('error', () => {
+      if (es.readyState !== EventSource.CLOSED) return
+      clearTimeout(timer)
+      resolve(es)
+    })
+  })
+  expect(source.readyState).toBe(EventSource.CLOSED)
+  // The first connection replayed the whole log and ended; the client came back once, after done, and was told 204.
+  expect(connections).toEqual([
+    { lastEventId: null, status: 200 },
+    { lastEventId: String(stored.at(-1)!.seq), status: 204 },
+  ])
+  expect(got.map((e) => [Number(e.id), e.type])).toEqual(stored.map((e) => [e.seq, e.event]))
+  expect(got.map((e) => e.data)).toEqual(stored.map((e) => e.data))
+}, 60_000)

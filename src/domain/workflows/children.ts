@@ -1,5 +1,4 @@
 import type { Deps } from '../../deps'
-import { AppError } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { start } from '../../machines/runner'
 import { RUN_MACHINE_VERSION, runMachine } from '../../machines/workflow-run.machine'
@@ -7,7 +6,8 @@ import * as runs from '../../store/runs'
 import { findWorkflow, type WorkflowRow } from '../../store/workflows'
 import { abortedError } from './nodes/common'
 import { validateInputs } from './graph'
-import { CANCEL_CHANNEL, childrenChannel, commitRun, published } from './transitions'
+import { cancelTrees } from './cancel'
+import { childrenChannel } from './transitions'
 import { NodeError, type ChildEnd, type ChildPort, type GraphNode } from './types'
 
 /** How deep runs may start runs: a run at depth 5 may not start another (max_depth_exceeded). */
@@ -69,14 +69,17 @@ export function childPort(deps: Deps, parent: runs.RunRow, idle: <T>(wait: Promi
         for (;;) {
           if (signal.aborted) throw abortedError()
           if (failed && opts.stopOnFailure) {
-            await cancelRuns(deps, [...running.keys()])
+            await cancelTrees(deps, [...running.keys()])
             return ends
           }
           let added = false
           while (running.size < opts.concurrency && next < inputs.length) {
+            if (signal.aborted) throw abortedError()
             const i = next++
             if (started.has(i) || !valid[i]) continue
             const child = await startChild(deps, parent, node, wf, valid[i]!, indexed ? i : null)
+            // The parent is no longer running (a cancel committed): no child is started after it.
+            if (!child) throw abortedError()
             started.add(i)
             // Already ended: started by an earlier attempt of this node whose worker died just after.
             if (child.status !== 'running') failed ??= settle([child])
@@ -122,40 +125,4 @@ function startChild(deps: Deps, parent: runs.RunRow, node: GraphNode, wf: Workfl
     item_index: index,
     depth: parent.depth + 1,
   })
-}
-
-/**
- * Moves one run to `cancelled` under its row lock (so its worker's next guarded write finds it
- * cancelled), announces it, and tells its worker to abort the node in flight. Answers the run as
- * cancelled, or as it was when it was not running (null when it is gone).
- */
-export async function cancelOne(deps: Deps, id: string): Promise<{ cancelled: boolean; row: runs.RunRow | null }> {
-  const outcome = await deps.db.sql.begin(async (tx) => {
-    const run = await runs.lockRun(tx, id).catch((err) => {
-      if (err instanceof AppError && err.code === 'not_found') return null
-      throw err
-    })
-    if (!run || run.status !== 'running') return { cancelled: false, row: run }
-    const saved = await commitRun(tx, run, [{ type: 'cancel.requested' }], { log: [] })
-    if (!saved) throw new Error(`run ${id} changed under its row lock`)
-    return { cancelled: true, row: saved }
-  })
-  if (outcome.cancelled) {
-    await published(deps.redis, outcome.row!)
-    await deps.redis.publish(CANCEL_CHANNEL, id).catch(() => {})
-  }
-  return outcome
-}
-
-/** Cancels runs without a caller to check (a parent's decision), and the runs each of them started in turn. */
-export async function cancelRuns(deps: Deps, ids: string[]): Promise<void> {
-  const all = [...ids]
-  for (const id of ids) all.push(...(await runs.runningDescendants(deps.db.sql, id)))
-  for (const id of new Set(all)) await cancelOne(deps, id)
-  if (all.length > 0) deps.events.nudge()
-}
-
-/** The runs below `runId` still running, cancelled (its parent was cancelled or ended without completing). */
-export async function cancelDescendants(deps: Deps, runId: string): Promise<void> {
-  await cancelRuns(deps, await runs.runningDescendants(deps.db.sql, runId))
 }

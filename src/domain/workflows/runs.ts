@@ -13,7 +13,7 @@ import { loadWorkflow } from './service'
 import { findWorkflow, getWorkflowVersion, type WorkflowRow } from '../../store/workflows'
 import type { Graph } from './types'
 import { commitRun, parseRunMessage, published, RUN_TIMER, runChannel } from './transitions'
-import { cancelDescendants, cancelOne } from './children'
+import { cancelTrees } from './cancel'
 import { schemaErrors } from '../../lib/json-schema'
 import { loadRow } from '../../machines/definition'
 
@@ -77,9 +77,10 @@ export async function listAllRuns(deps: Deps, caller: Caller, workspaceId: strin
 }
 
 /**
- * Only a running run can be cancelled (docs/workflows.md); the node in flight is aborted (via
- * pub/sub). The row is locked for the transition, so the worker's next guarded write waits for it
- * and then finds the run cancelled.
+ * Only a running run can be cancelled (docs/workflows.md, "Cancelling a run"): the run and every run
+ * below it, at any depth, are cancelled in one transaction, and their workers abort the nodes in
+ * flight (one message on the cancel channel). The rows are locked for the transition, so a worker's
+ * next guarded write waits for it and then finds its run cancelled.
  */
 export async function cancelRun(deps: Deps, caller: Caller, runId: string): Promise<runs.RunRow> {
   const { row: found, role } = await loadOwnedWithRole(deps.db.sql, caller, 'run', runId, 'use', runs.findRun)
@@ -87,12 +88,11 @@ export async function cancelRun(deps: Deps, caller: Caller, runId: string): Prom
   if (only !== null && found.user_id !== only) {
     throw new AppError('forbidden', `below the developer role a key cancels only its own user_id's runs; run ${runId} is ${found.user_id}'s`)
   }
-  const { cancelled, row } = await cancelOne(deps, runId)
-  if (!cancelled) throw new AppError('run_not_running', `run ${runId} is ${row?.status ?? 'gone'}; only a running run can be cancelled`)
-  // The runs it started (sub_workflow, iteration) and theirs are cancelled with it.
-  await cancelDescendants(deps, runId)
-  deps.events.nudge()
-  return row!
+  const notRunning = (status: string) => new AppError('run_not_running', `run ${runId} is ${status}; only a running run can be cancelled`)
+  if (found.status !== 'running') throw notRunning(found.status)
+  const row = (await cancelTrees(deps, [runId], { root: runId })).find((r) => r.id === runId)
+  if (!row) throw notRunning((await runs.findRun(deps.db.sql, runId))?.status ?? 'gone')
+  return row
 }
 
 /**
@@ -138,7 +138,7 @@ export async function submitInput(deps: Deps, caller: Caller, runId: string, bod
   throw new AppError('conflict', `run ${runId} kept changing while the input was being saved; retry`)
 }
 
-export type NodeState = 'pending' | 'running' | 'retrying' | 'waiting' | 'completed' | 'failed' | 'skipped'
+export type NodeState = 'pending' | 'running' | 'retrying' | 'waiting' | 'completed' | 'failed' | 'skipped' | 'cancelled'
 
 export interface NodeView {
   node: string
@@ -153,16 +153,24 @@ export interface NodeView {
   error: { code: string; message: string } | null
 }
 
+/** What a node neither done nor skipped is once its run was cancelled (snapshots written before the machine said so included). */
+const UNFINISHED = new Set(['running', 'waiting', 'retrying'])
+
 /**
  * Each node of the run's graph (the version it runs) with its state now (GET /v1/runs/{run_id}/nodes):
  * what the console draws, and what a client polls to follow a run node by node without the stream.
+ * In a cancelled run every node that had not ended (pending, running, retrying, waiting) is
+ * `cancelled`, and nothing shows an `until`.
  */
 export async function runNodes(deps: Deps, run: runs.RunRow): Promise<{ graph: Graph; nodes: NodeView[] }> {
   const graph = await getWorkflowVersion(deps.db.sql, run.workflow_id, run.workflow_version)
   const progress = loadRow(runDefinition, run).snapshot.context.progress
+  const cancelled = run.status === 'cancelled'
   const nodes = graph.nodes.map((n): NodeView => {
     const p = progress[n.id]
-    const state: NodeState = !p ? (run.status === 'running' ? 'pending' : 'skipped') : p.status
+    const state: NodeState = !p
+      ? (run.status === 'running' ? 'pending' : cancelled ? 'cancelled' : 'skipped')
+      : cancelled && UNFINISHED.has(p.status) ? 'cancelled' : p.status
     return {
       node: n.id,
       name: n.name ?? null,
@@ -171,7 +179,7 @@ export async function runNodes(deps: Deps, run: runs.RunRow): Promise<{ graph: G
       attempt: p && p.status !== 'skipped' ? (p.attempt ?? 1) : null,
       started_at: p?.started_at ?? null,
       duration_ms: p?.duration_ms ?? null,
-      until: p && (p.status === 'retrying' || p.status === 'waiting') ? (p.until ?? null) : null,
+      until: p && (state === 'retrying' || state === 'waiting') ? (p.until ?? null) : null,
       error: p?.error ?? null,
     }
   })

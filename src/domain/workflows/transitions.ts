@@ -1,6 +1,6 @@
 import type { Sql } from '../../store/db'
 import { runDefinition, type NodeProgress, type RunContext, type RunEvent } from '../../machines/workflow-run.machine'
-import { commitTransition, type MachineIO } from '../machines'
+import { commitTransition, transitionOne, type MachineIO } from '../machines'
 import { addUsage } from '../../lib/usage'
 import * as runs from '../../store/runs'
 import type { RedisPort } from '../../store/redis'
@@ -106,6 +106,35 @@ function waitingAnnouncement(run: runs.RunRow, node: string, ctx: RunContext): R
  */
 export function commitRun(sql: Sql, run: runs.RunRow, events: RunEvent[], extra: RunExtra, more?: (context: RunContext, state: string) => RunEvent[]): Promise<runs.RunRow | null> {
   return commitTransition(sql, runIO, run, events, extra, more)
+}
+
+/**
+ * Runs ended together by one event (`cancel.requested`: a run and every run below it), each as
+ * `commitRun` would end it alone: its snapshot decided by the machine, the `usage` and `done` log
+ * events and the outbox event of its end, but all of them in one statement (`runs.writeEnds`).
+ * `rows` are locked by the caller's transaction; answers those written. Publish each with `published`
+ * once committed.
+ */
+export function commitRunEnds(sql: Sql, rows: runs.RunRow[], event: RunEvent): Promise<runs.RunRow[]> {
+  const ends = rows.map((stored): runs.RunEnd => {
+    const { row, next, announce } = transitionOne(runIO, stored, [event])
+    const status = next.value as runs.RunStatus
+    if (status === 'running') throw new Error(`${event.type} does not end run ${row.id}`)
+    const ctx = next.context
+    const done: Record<string, unknown> = { status, outputs: ctx.outputs ?? {} }
+    if (ctx.error) done.error = ctx.error
+    return {
+      id: row.id,
+      next_seq: row.next_seq,
+      status,
+      snapshot: next,
+      outputs: ctx.outputs,
+      error: ctx.error,
+      log: [{ type: 'usage', data: { ...row.usage } }, { type: 'done', data: done }],
+      outbox: announce ? { type: announce, data: announcement(row, status, ctx) } : null,
+    }
+  })
+  return runs.writeEnds(sql, ends)
 }
 
 /** Where a run's children announce their ends (the parent's node waiting for them reads on). */
