@@ -135,7 +135,7 @@ async function parseAndChunk(deps: Deps, owner: string, doc: store.DocumentRow, 
   }
   let chunks: SandboxChunk[]
   try {
-    chunks = await sandbox.process(doc.doc_type as DocType, load, settings, signal, embed)
+    chunks = await sandbox.process(doc.doc_type as DocType, load, settings, signal, embed, doc.workspace_id)
   } catch (err) {
     if (err instanceof SandboxFailure) throw new IngestFailure(err.code, err.message)
     if (err instanceof SandboxAborted) throw new DocumentGone(err.message)
