@@ -93,6 +93,8 @@ async function main() {
       port,
       logFile: join(work, 'service.log'),
       readyPath: '/healthz',
+      // The first start of a data directory migrates it: minutes on a busy machine.
+      timeoutMs: 300_000,
     })
     const base = service.url
     const workspace = async (name: string) => {

@@ -238,7 +238,7 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     maxUploadBytes: int('MAX_UPLOAD_BYTES', 52_428_800, 1),
     documentProcesses: int('DOCUMENT_PROCESSES', 2, 1, 64),
     perWorkspace: {
-      runs: int('RUNS_PER_WORKSPACE', 16, 1, 100_000),
+      runs: int('RUNS_PER_WORKSPACE', 8, 1, 100_000),
       childRuns: int('CHILD_RUNS_PER_WORKSPACE', 32, 1, 100_000),
       documents: int('DOCUMENTS_PER_WORKSPACE', 8, 1, 100_000),
       // One process left for the others: a workspace's long documents never hold all of them.

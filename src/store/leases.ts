@@ -25,13 +25,11 @@ export interface LeaseTable {
   /** More columns a release sets, as `, col = …`. */
   onRelease?: (sql: Sql) => Fragment
   /**
-   * The rows a workspace's cap applies to (`and …`; all of them when absent) and the others (`and
-   * …`, claimed by their turn but never held back): runs cap their top-level rows, while child runs
-   * are bounded where they are started (src/domain/workflows/children.ts), since a parent holds its
-   * lease while its children run and a cap on those would leave them unclaimable. Both conditions
-   * are written so that the claim index serves them (`depth = 0`, `depth > 0`; not a negation).
+   * What more a held row meets to count against its workspace's cap (`and …`; every held row when
+   * absent): a run waiting on its children holds its lease but works on nothing, and counting it
+   * would leave its children unclaimable once parents fill the cap.
    */
-  capped?: { capped: (sql: Sql) => Fragment; uncapped: (sql: Sql) => Fragment }
+  working?: (sql: Sql) => Fragment
 }
 
 const empty = (sql: Sql) => sql``
@@ -81,10 +79,6 @@ export function claimStatement<Row extends object>(sql: Sql, t: LeaseTable, owne
   const more = (t.claimable ?? empty)(sql)
   const version = sql.unsafe(String(t.version))
   const free = sql`${claimableStates(sql, t)} and (lease_until is null or lease_until < now()) and machine_version <= ${version} ${more}`
-  const capped = t.capped ? t.capped.capped(sql) : sql``
-  const uncapped = t.capped
-    ? sql`union all (select id, workspace_id, created_at from ${table} where workspace_id = ws.workspace_id and ${free} ${t.capped.uncapped(sql)} order by created_at limit ${limit})`
-    : sql``
   return sql<Row[]>`
     with recursive ws (workspace_id) as (
       (select workspace_id from ${table} where ${free} order by workspace_id limit 1)
@@ -95,13 +89,12 @@ export function claimStatement<Row extends object>(sql: Sql, t: LeaseTable, owne
       select c.id, c.created_at, h.held + row_number() over (partition by c.workspace_id order by c.created_at) as turn
       from ws
       cross join lateral (
-        select count(*) as held, count(*) filter (where true ${capped}) as held_capped
-        from ${table} where workspace_id = ws.workspace_id and ${claimableStates(sql, t)} and lease_owner is not null and lease_until > now()
+        select count(*) as held
+        from ${table} where workspace_id = ws.workspace_id and ${claimableStates(sql, t)} and lease_owner is not null and lease_until > now() ${(t.working ?? empty)(sql)}
       ) h
       cross join lateral (
-        (select id, workspace_id, created_at from ${table} where workspace_id = ws.workspace_id and ${free} ${capped}
-         order by created_at limit greatest(0, least(${limit}::bigint, ${cap}::bigint - h.held_capped)))
-        ${uncapped}
+        select id, workspace_id, created_at from ${table} where workspace_id = ws.workspace_id and ${free}
+        order by created_at limit greatest(0, least(${limit}::bigint, ${cap}::bigint - h.held))
       ) c
       where ws.workspace_id is not null
     ), next as (

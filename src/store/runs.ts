@@ -97,7 +97,8 @@ export const runLeases: LeaseTable = {
   states: ['running'],
   version: RUN_MACHINE_VERSION,
   claimable: (sql) => sql`and wake_at is null`,
-  capped: { capped: (sql) => sql`and depth = 0`, uncapped: (sql) => sql`and depth > 0` },
+  // A parent whose children run waits on them: it takes no place in its workspace's share.
+  working: (sql) => sql`and not exists (select 1 from runs c where c.parent_run_id = runs.id and c.status = 'running')`,
 }
 
 /** Parked runs whose time has come (all, or those of `ids`) made claimable again; answers how many. */
@@ -147,7 +148,7 @@ export async function insertChildRun(
 /** Child runs of a workspace running and not parked (claimable or held): what CHILD_RUNS_PER_WORKSPACE bounds. */
 export async function countRunningChildren(sql: Sql, workspaceId: string): Promise<number> {
   const [row] = await sql<{ n: number }[]>`
-    select count(*)::int as n from runs where workspace_id = ${workspaceId} and depth > 0 and status = 'running' and wake_at is null`
+    select count(*)::int as n from runs where workspace_id = ${workspaceId} and parent_run_id is not null and status = 'running' and wake_at is null`
   return row!.n
 }
 

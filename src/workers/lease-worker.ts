@@ -106,7 +106,11 @@ export abstract class LeaseWorker<Row extends LeasedRow> extends PollingLoop {
           if (err instanceof NewerSnapshot) this.log.warn({ id: stored.id, err: err.message }, `${this.lease.what}: left a row of a newer version alone`)
           else this.failed(stored, err)
         })
-        .finally(() => this.active.delete(stored.id))
+        .finally(() => {
+          this.active.delete(stored.id)
+          // A place is free: the next row (perhaps held back by its workspace's share until now) is claimed at once.
+          this.nudge()
+        })
     }
     return claimed.length === room
   }

@@ -12,8 +12,8 @@ import { freshDatabase } from '../helpers/db'
 /**
  * Claims shared fairly between workspaces (src/store/leases.ts `claim`) on a real database: a
  * workspace with ten thousand rows waiting does not keep another's one row waiting behind them, and
- * never holds more than its cap, for runs and for documents alike; child runs are claimed by their
- * turn but not held back by the cap (their parents hold leases while they wait for them).
+ * never holds more than its cap, for runs and for documents alike; a run waiting on its children
+ * holds its lease but no place in the cap, so its children are claimed.
  */
 
 let db: Database
@@ -67,7 +67,7 @@ async function claimsUntil(t: LeaseTable, id: string, max: number): Promise<{ cl
 }
 
 describe('claims are fair between workspaces (src/store/leases.ts)', () => {
-  test('runs: B\'s one run, newer than A\'s ten thousand, is claimed by the second claim; A never holds more than its cap of top-level runs', async () => {
+  test('runs: B\'s one run, newer than A\'s ten thousand, is claimed by the second claim; A never holds more than its cap', async () => {
     await waitingRuns(A, WAITING)
     await waitingRuns(B, 1, { from: WAITING })
     const { claims, byWorkspace } = await claimsUntil(runLeases, `${B}_run_${WAITING + 1}`, 20)
@@ -87,17 +87,17 @@ describe('claims are fair between workspaces (src/store/leases.ts)', () => {
     expect(await held('runs', A)).toBe(CAP)
   }, 120_000)
 
-  test('runs: child runs are claimed by their turn, not held back by the cap (their parents hold leases while waiting for them)', async () => {
-    // A is at its cap of top-level runs (the test above); its children and C's top-level run still come.
-    await waitingRuns(A, 10, { depth: 1, from: 2 * WAITING })
-    await waitingRuns(C, 1, { from: 2 * WAITING + 100 })
-    const rows = await claim<{ id: string; workspace_id: string; depth: number }>(db.sql, runLeases, 'w4', 60_000, 3, CAP)
-    // C holds nothing: its run goes first whatever its age; then A's oldest children.
-    expect(rows.map((r) => r.workspace_id).sort()).toEqual([A, A, C].sort())
-    expect(rows.filter((r) => r.workspace_id === A).every((r) => r.depth === 1)).toBe(true)
-    const rest = await claim<{ workspace_id: string; depth: number }>(db.sql, runLeases, 'w4', 60_000, 64, CAP)
-    expect(rest.length).toBe(8)
-    expect(rest.every((r) => r.workspace_id === A && r.depth === 1)).toBe(true)
+  test('runs: a run waiting on its running children takes no place in its workspace\'s share, so the children are claimed', async () => {
+    // A holds its cap of runs (the test above). One of them starts two children: it now waits on them.
+    const [parent] = await db.sql<{ id: string }[]>`select id from runs where workspace_id = ${A} and lease_owner is not null order by created_at limit 1`
+    await db.sql`
+      insert into runs (id, workflow_id, workflow_version, workspace_id, user_id, status, inputs, snapshot, machine_version, depth, parent_run_id, parent_node, item_index, created_at)
+      select ${A} || '_child_' || i, ${`wf_${A}`}, 1, ${A}, 'alice', 'running', '{}', '{}', ${RUN_MACHINE_VERSION}, 1, ${parent!.id}, 'each', i, now()
+      from generate_series(1, 2) i`
+    const rows = await claim<{ id: string }>(db.sql, runLeases, 'w4', 60_000, 64, CAP)
+    // One place freed (the parent's): A's oldest waiting row takes it, and no more.
+    expect(rows.length).toBe(1)
+    expect(await held('runs', A)).toBe(CAP + 1)
   }, 120_000)
 
   test('documents: B\'s one document is claimed by the second claim; A never holds more than its cap', async () => {

@@ -38,7 +38,7 @@ test('an empty environment gives the defaults of docs/deployment.md', () => {
     mcpCallTimeoutMs: 30_000,
     maxUploadBytes: 52_428_800,
     documentProcesses: 2,
-    perWorkspace: { runs: 16, childRuns: 32, documents: 8, documentProcesses: 1 },
+    perWorkspace: { runs: 8, childRuns: 32, documents: 8, documentProcesses: 1 },
     maxJsonBytes: 1_048_576,
     rateLimit: { perSecond: 50, burst: 100 },
     shutdownTimeoutMs: 10_000,
@@ -76,8 +76,8 @@ test('DOCUMENT_PROCESSES: 2 in both modes, or as set (1..64)', () => {
   expect(() => loadConfig({ DOCUMENT_PROCESSES: 'two' })).toThrow(/DOCUMENT_PROCESSES/)
 })
 
-test('per-workspace shares: runs 16, child runs 32, documents 8, document processes one fewer than DOCUMENT_PROCESSES (at least 1), or as set', () => {
-  expect(loadConfig({}).perWorkspace).toEqual({ runs: 16, childRuns: 32, documents: 8, documentProcesses: 1 })
+test('per-workspace shares: runs 8, child runs 32, documents 8, document processes one fewer than DOCUMENT_PROCESSES (at least 1), or as set', () => {
+  expect(loadConfig({}).perWorkspace).toEqual({ runs: 8, childRuns: 32, documents: 8, documentProcesses: 1 })
   expect(loadConfig({ DOCUMENT_PROCESSES: '4' }).perWorkspace.documentProcesses).toBe(3)
   expect(loadConfig({ DOCUMENT_PROCESSES: '1' }).perWorkspace.documentProcesses).toBe(1)
   expect(loadConfig({ RUNS_PER_WORKSPACE: '4', CHILD_RUNS_PER_WORKSPACE: '8', DOCUMENTS_PER_WORKSPACE: '2', DOCUMENT_PROCESSES_PER_WORKSPACE: '2' }).perWorkspace).toEqual({ runs: 4, childRuns: 8, documents: 2, documentProcesses: 2 })
