@@ -5,9 +5,9 @@ import { end, start, startRunsEnv, type Edge, type Node, type RunsEnv } from '..
 
 /**
  * Fair shares between workspaces for runs (docs/workflows.md, "Fair shares between workspaces"),
- * end to end in-process with real workers, with small shares (RUNS_PER_WORKSPACE=2,
+ * end to end in-process with real workers, with small shares (RUNS_PER_WORKSPACE=4,
  * CHILD_RUNS_PER_WORKSPACE=3) and a loopback receiver counting the calls in flight: a workspace's
- * top-level runs and its fan-out's children are held to their shares while another workspace's
+ * runs and its fan-out's children are held to their shares while another workspace's
  * run goes through; nested fan-outs wider than the share still end.
  */
 
@@ -32,7 +32,7 @@ const gate = (key: string) => {
 }
 
 beforeAll(async () => {
-  env = await startRunsEnv({ RUNS_PER_WORKSPACE: '2', CHILD_RUNS_PER_WORKSPACE: '3' })
+  env = await startRunsEnv({ RUNS_PER_WORKSPACE: '4', CHILD_RUNS_PER_WORKSPACE: '3' })
   receiver = Bun.serve({
     hostname: '127.0.0.1',
     port: 0,
@@ -106,21 +106,21 @@ describe('fair shares between workspaces: runs', () => {
     expect(done).toMatchObject({ status: 'completed', outputs: { failed: [] } })
   }, 120_000)
 
-  test('a workspace holds at most RUNS_PER_WORKSPACE (2) top-level runs; another workspace\'s run goes through meanwhile', async () => {
+  test('a workspace works on at most RUNS_PER_WORKSPACE (4) runs; another workspace\'s run goes through meanwhile', async () => {
     const busy = await env.workflow(calling('top'))
-    const runs = await Promise.all(Array.from({ length: 5 }, () => async(busy)))
-    await waitFor(() => counter('top').open >= 2, { timeoutMs: 30_000 })
-    // Another workspace, another owner: its run completes while the first one's five wait on their share.
+    const runs = await Promise.all(Array.from({ length: 6 }, () => async(busy)))
+    await waitFor(() => counter('top').open >= 4, { timeoutMs: 30_000 })
+    // Another workspace, another owner: its run completes while two of the first one's six wait on its share.
     const other = await workspaceOf(env.h, env.outsider, 'Other')
     const res = await env.h.call('POST', '/v1/workflows', { key: env.outsider, body: { workspace_id: other, name: 'quick', graph: graph([start(), end({ ok: 'yes' })], [['start', 'end']]) } })
     expect(res.status).toBe(201)
     const quick = await env.trigger(res.body.data.id, {}, { key: env.outsider })
     expect(quick.status).toBe(200)
     expect(quick.body).toMatchObject({ status: 'completed', outputs: { ok: 'yes' } })
-    expect(counter('top').open).toBe(2)
-    expect(counter('top').n).toBe(2)
+    expect(counter('top').open).toBe(4)
+    expect(counter('top').n).toBe(4)
     gate('top').release()
     for (const id of runs) expect((await env.finished(id, 60_000)).status).toBe('completed')
-    expect(counter('top').peak).toBe(2)
+    expect(counter('top').peak).toBe(4)
   }, 120_000)
 })
