@@ -38,6 +38,10 @@ const Env = Type.Object({
   MCP_CALL_TIMEOUT_MS: Type.Optional(Int()),
   MAX_UPLOAD_BYTES: Type.Optional(Int()),
   DOCUMENT_PROCESSES: Type.Optional(Int()),
+  DOCUMENT_PROCESSES_PER_WORKSPACE: Type.Optional(Int()),
+  DOCUMENTS_PER_WORKSPACE: Type.Optional(Int()),
+  RUNS_PER_WORKSPACE: Type.Optional(Int()),
+  CHILD_RUNS_PER_WORKSPACE: Type.Optional(Int()),
   MAX_JSON_BYTES: Type.Optional(Int()),
   ITERATION_MAX_ITEMS: Type.Optional(Int()),
   RATE_LIMIT_PER_SECOND: Type.Optional(Int()),
@@ -116,8 +120,15 @@ export interface Config {
   /** An agent's call of an MCP server's tool (docs/agents.md, "MCP tools"); listing its tools gets at most 10 s of it. */
   mcpCallTimeoutMs: number
   maxUploadBytes: number
-  /** Document processes of the document worker (docs/knowledge.md, "Limits"): 2 in server mode, 1 embedded. */
+  /** Document processes of the document worker (docs/knowledge.md, "Limits"): 2. */
   documentProcesses: number
+  /**
+   * Fair shares between workspaces (docs/workflows.md and docs/knowledge.md, "Fair shares between
+   * workspaces"): what one workspace may hold at once. Top-level runs held by workers, child runs
+   * running (a node with none running may always start one), documents held by workers (all
+   * processes together), and the document processes of one worker reading its documents.
+   */
+  perWorkspace: { runs: number; childRuns: number; documents: number; documentProcesses: number }
   maxJsonBytes: number
   rateLimit: { perSecond: number; burst: number }
   shutdownTimeoutMs: number
@@ -234,7 +245,14 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     webhookAllowPrivateNetworks: bool(env.WEBHOOK_ALLOW_PRIVATE_NETWORKS),
     mcpCallTimeoutMs: int('MCP_CALL_TIMEOUT_MS', 30_000, 1, 600_000),
     maxUploadBytes: int('MAX_UPLOAD_BYTES', 52_428_800, 1),
-    documentProcesses: int('DOCUMENT_PROCESSES', env.DATABASE_URL ? 2 : 1, 1, 64),
+    documentProcesses: int('DOCUMENT_PROCESSES', 2, 1, 64),
+    perWorkspace: {
+      runs: int('RUNS_PER_WORKSPACE', 8, 1, 100_000),
+      childRuns: int('CHILD_RUNS_PER_WORKSPACE', 32, 1, 100_000),
+      documents: int('DOCUMENTS_PER_WORKSPACE', 8, 1, 100_000),
+      // One process left for the others: a workspace's long documents never hold all of them.
+      documentProcesses: int('DOCUMENT_PROCESSES_PER_WORKSPACE', Math.max(1, int('DOCUMENT_PROCESSES', 2, 1, 64) - 1), 1, 64),
+    },
     maxJsonBytes: int('MAX_JSON_BYTES', 1_048_576, 1),
     // 50 requests/s sustained with bursts of 100 per API key: generous for an integration, tight
     // enough that one runaway client cannot starve the 2-core default deployment.

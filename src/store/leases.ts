@@ -24,6 +24,12 @@ export interface LeaseTable {
   onClaim?: (sql: Sql) => Fragment
   /** More columns a release sets, as `, col = …`. */
   onRelease?: (sql: Sql) => Fragment
+  /**
+   * What more a held row meets to count against its workspace's cap (`and …`; every held row when
+   * absent): a run waiting on its children holds its lease but works on nothing, and counting it
+   * would leave its children unclaimable once parents fill the cap.
+   */
+  working?: (sql: Sql) => Fragment
 }
 
 const empty = (sql: Sql) => sql``
@@ -38,20 +44,67 @@ function claimableStates(sql: Sql, t: LeaseTable) {
   if (!t.states.every((st) => /^[a-z_]+$/.test(st)) || !Number.isInteger(t.version)) throw new Error(`bad lease table ${t.table}`)
   return sql.unsafe(`status in (${t.states.map((st) => `'${st}'`).join(', ')})`)
 }
+/**
+ * The rows a claim of `limit` tries to lock, in their turn: a few more than it takes, for those
+ * another claim locks at the same instant (skipped). A bounded list is what lets the planner lock
+ * them one by one through the primary key instead of hashing the whole table to find them.
+ */
+const candidates = (limit: number) => limit * 2 + 8
 const until = (sql: Sql, leaseMs: number) => sql`now() + ${leaseMs}::int * interval '1 millisecond'`
 
 /**
- * Claims up to `limit` rows, oldest first, in one statement, and answers them. `skip locked`:
- * workers never wait on each other's claims.
+ * Claims up to `limit` rows in one statement, and answers them; fairly between workspaces, each held
+ * to `cap` rows at once. `skip locked`: workers never wait on each other's claims.
+ *
+ * Fair: the workspaces with claimable rows are found by skipping through the claim index one
+ * workspace at a time (`ws`), each one's oldest rows are read from it (at most `limit`, and no more
+ * than its cap leaves), and the rows are taken in the order of what their workspace would then hold:
+ * the rows it holds already plus the row's rank among its own (`held + rank`), the oldest first
+ * among equals. A workspace holding nothing goes before one holding ten, whatever it has waiting;
+ * two that wait alike take turns. The cost grows with the number of workspaces waiting and the rows
+ * taken, not with how many rows wait (10 000 in one workspace: tests/integration/fair-claims.test.ts).
+ *
+ * Capped: what a workspace holds is counted in the database (unexpired leases), so the cap holds
+ * across every process. Two processes claiming at the same instant each count before either
+ * commits: a workspace may then exceed its cap by what the other claims took at that instant, once,
+ * until those rows end (docs/workflows.md, "Fair shares between workspaces").
  */
-export async function claim<Row extends object>(sql: Sql, t: LeaseTable, owner: string, leaseMs: number, limit: number): Promise<Row[]> {
+export async function claim<Row extends object>(sql: Sql, t: LeaseTable, owner: string, leaseMs: number, limit: number, cap = 1_000_000): Promise<Row[]> {
+  return claimStatement<Row>(sql, t, owner, leaseMs, limit, cap)
+}
+
+/** The statement of `claim`, not sent yet (a test explains it). */
+export function claimStatement<Row extends object>(sql: Sql, t: LeaseTable, owner: string, leaseMs: number, limit: number, cap: number) {
+  const table = sql(t.table)
+  const more = (t.claimable ?? empty)(sql)
+  const version = sql.unsafe(String(t.version))
+  const free = sql`${claimableStates(sql, t)} and (lease_until is null or lease_until < now()) and machine_version <= ${version} ${more}`
   return sql<Row[]>`
-    update ${sql(t.table)} set lease_owner = ${owner}, lease_until = ${until(sql, leaseMs)} ${(t.onClaim ?? empty)(sql)}
+    with recursive ws (workspace_id) as (
+      (select workspace_id from ${table} where ${free} order by workspace_id limit 1)
+      union all
+      select (select workspace_id from ${table} where ${free} and workspace_id > ws.workspace_id order by workspace_id limit 1)
+      from ws where ws.workspace_id is not null
+    ), waiting as (
+      select c.id, c.created_at, h.held + row_number() over (partition by c.workspace_id order by c.created_at) as turn
+      from ws
+      cross join lateral (
+        select count(*) as held
+        from ${table} where workspace_id = ws.workspace_id and ${claimableStates(sql, t)} and lease_owner is not null and lease_until > now() ${(t.working ?? empty)(sql)}
+      ) h
+      cross join lateral (
+        select id, workspace_id, created_at from ${table} where workspace_id = ws.workspace_id and ${free}
+        order by created_at limit greatest(0, least(${limit}::bigint, ${cap}::bigint - h.held))
+      ) c
+      where ws.workspace_id is not null
+    ), next as (
+      select id, turn, created_at from waiting order by turn, created_at limit ${candidates(limit)}
+    )
+    update ${table} set lease_owner = ${owner}, lease_until = ${until(sql, leaseMs)} ${(t.onClaim ?? empty)(sql)}
     where id in (
-      select id from ${sql(t.table)}
-      where ${claimableStates(sql, t)} and (lease_until is null or lease_until < now())
-        and machine_version <= ${sql.unsafe(String(t.version))} ${(t.claimable ?? empty)(sql)}
-      order by created_at limit ${limit} for update skip locked)
+      select r.id from next w join ${table} r on r.id = w.id
+      where ${free}
+      order by w.turn, w.created_at limit ${limit} for update of r skip locked)
     returning *`
 }
 

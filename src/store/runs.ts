@@ -100,6 +100,8 @@ export const runLeases: LeaseTable = {
   states: ['running'],
   version: RUN_MACHINE_VERSION,
   claimable: (sql) => sql`and wake_at is null`,
+  // A parent whose children run waits on them: it takes no place in its workspace's share.
+  working: (sql) => sql`and not exists (select 1 from runs c where c.parent_run_id = runs.id and c.status = 'running')`,
 }
 
 /** Parked runs whose time has come (all, or those of `ids`) made claimable again; answers how many. */
@@ -152,6 +154,13 @@ export async function insertChildRun(
   const [existing] = await sql<RunRow[]>`
     select * from runs where parent_run_id = ${r.parent_run_id} and parent_node = ${r.parent_node} and coalesce(item_index, -1) = ${r.item_index ?? -1}`
   return existing ?? null
+}
+
+/** Child runs of a workspace running and not parked (claimable or held): what CHILD_RUNS_PER_WORKSPACE bounds. */
+export async function countRunningChildren(sql: Sql, workspaceId: string): Promise<number> {
+  const [row] = await sql<{ n: number }[]>`
+    select count(*)::int as n from runs where workspace_id = ${workspaceId} and parent_run_id is not null and status = 'running' and wake_at is null`
+  return row!.n
 }
 
 /** What a parent waits for of its children: how each ended, or that it still runs. */

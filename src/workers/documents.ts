@@ -33,10 +33,11 @@ export class DocumentWorker extends LeaseWorker<store.DocumentRow> {
   ) {
     super(
       deps.db.sql,
-      { what: 'document worker', table: store.documentLeases, definition: documentDefinition, leaseMs: options.leaseMs ?? DOCUMENT_LEASE_MS, max: MAX_DOCUMENTS, idleMs: IDLE_POLL_MS },
+      { what: 'document worker', table: store.documentLeases, definition: documentDefinition, leaseMs: options.leaseMs ?? DOCUMENT_LEASE_MS, max: MAX_DOCUMENTS, perWorkspace: deps.config.perWorkspace.documents, idleMs: IDLE_POLL_MS },
       deps.log,
     )
-    this.sandbox = new DocumentSandbox(options.limits, options.processes ?? deps.config.documentProcesses)
+    const processes = options.processes ?? deps.config.documentProcesses
+    this.sandbox = new DocumentSandbox(options.limits, processes, Math.min(processes, deps.config.perWorkspace.documentProcesses))
   }
 
   /**

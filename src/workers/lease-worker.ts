@@ -22,6 +22,8 @@ export interface LeaseOptions {
   leaseMs: number
   /** Rows worked on at once by this worker. */
   max: number
+  /** Rows of one workspace held at once by every worker together (leases.claim). */
+  perWorkspace: number
   idleMs: number
 }
 
@@ -94,7 +96,7 @@ export abstract class LeaseWorker<Row extends LeasedRow> extends PollingLoop {
   protected async step(): Promise<boolean> {
     const room = this.lease.max - this.active.size + this.idle
     if (room <= 0) return false
-    const claimed = await leases.claim<Row>(this.sql, this.lease.table, this.owner, this.lease.leaseMs, room)
+    const claimed = await leases.claim<Row>(this.sql, this.lease.table, this.owner, this.lease.leaseMs, room, this.lease.perWorkspace)
     for (const stored of claimed) {
       const ac = new AbortController()
       this.active.set(stored.id, ac)
@@ -104,7 +106,11 @@ export abstract class LeaseWorker<Row extends LeasedRow> extends PollingLoop {
           if (err instanceof NewerSnapshot) this.log.warn({ id: stored.id, err: err.message }, `${this.lease.what}: left a row of a newer version alone`)
           else this.failed(stored, err)
         })
-        .finally(() => this.active.delete(stored.id))
+        .finally(() => {
+          this.active.delete(stored.id)
+          // A place is free: the next row (perhaps held back by its workspace's share until now) is claimed at once.
+          this.nudge()
+        })
     }
     return claimed.length === room
   }

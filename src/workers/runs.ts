@@ -42,7 +42,7 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
   private recheck = false
 
   constructor(private readonly deps: Deps) {
-    super(deps.db.sql, { what: 'run worker', table: runs.runLeases, definition: runDefinition, leaseMs: RUN_LEASE_MS, max: MAX_RUNS, idleMs: IDLE_POLL_MS }, deps.log)
+    super(deps.db.sql, { what: 'run worker', table: runs.runLeases, definition: runDefinition, leaseMs: RUN_LEASE_MS, max: MAX_RUNS, perWorkspace: deps.config.perWorkspace.runs, idleMs: IDLE_POLL_MS }, deps.log)
   }
 
   override start() {

@@ -91,9 +91,10 @@ export interface RunsEnv {
 /**
  * The harness (MODELS_FILE with the `slow` model, http and private webhook targets allowed, rate
  * limits out of the way) with its workers, the loopback servers, three API keys and a workspace
- * `Runs` whose owner is `owner`, with `reader` as a readonly member. Call `close()` after the tests.
+ * `Runs` whose owner is `owner`, with `reader` as a readonly member (`extraEnv`: more configuration).
+ * Call `close()` after the tests.
  */
-export async function startRunsEnv(): Promise<RunsEnv> {
+export async function startRunsEnv(extraEnv: Record<string, string> = {}): Promise<RunsEnv> {
   let harness: Harness | undefined
   let workers: Workers | undefined
   let fake: FakeProvider | undefined
@@ -155,6 +156,7 @@ export async function startRunsEnv(): Promise<RunsEnv> {
       WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
       RATE_LIMIT_BURST: '100000',
       RATE_LIMIT_PER_SECOND: '100000',
+      ...extraEnv,
     })
     harness = h
     workers = await startWorkers(h.deps)

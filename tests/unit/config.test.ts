@@ -37,7 +37,8 @@ test('an empty environment gives the defaults of docs/deployment.md', () => {
     webhookAllowPrivateNetworks: false,
     mcpCallTimeoutMs: 30_000,
     maxUploadBytes: 52_428_800,
-    documentProcesses: 1,
+    documentProcesses: 2,
+    perWorkspace: { runs: 8, childRuns: 32, documents: 8, documentProcesses: 1 },
     maxJsonBytes: 1_048_576,
     rateLimit: { perSecond: 50, burst: 100 },
     shutdownTimeoutMs: 10_000,
@@ -67,13 +68,23 @@ describe('CONSOLE_BUNDLE (the console built ahead of time, as the container imag
   })
 })
 
-test('DOCUMENT_PROCESSES: 1 embedded, 2 in server mode, or as set (1..64)', () => {
-  expect(loadConfig({}).documentProcesses).toBe(1)
+test('DOCUMENT_PROCESSES: 2 in both modes, or as set (1..64)', () => {
+  expect(loadConfig({}).documentProcesses).toBe(2)
   expect(loadConfig({ DATABASE_URL: 'postgres://db/ap' }).documentProcesses).toBe(2)
   expect(loadConfig({ DATABASE_URL: 'postgres://db/ap', DOCUMENT_PROCESSES: '1' }).documentProcesses).toBe(1)
   expect(loadConfig({ DOCUMENT_PROCESSES: '4' }).documentProcesses).toBe(4)
   expect(() => loadConfig({ DOCUMENT_PROCESSES: '0' })).toThrow(/DOCUMENT_PROCESSES/)
   expect(() => loadConfig({ DOCUMENT_PROCESSES: 'two' })).toThrow(/DOCUMENT_PROCESSES/)
+})
+
+test('per-workspace shares: runs 8, child runs 32, documents 8, document processes one fewer than DOCUMENT_PROCESSES (at least 1), or as set', () => {
+  expect(loadConfig({}).perWorkspace).toEqual({ runs: 8, childRuns: 32, documents: 8, documentProcesses: 1 })
+  expect(loadConfig({ DOCUMENT_PROCESSES: '4' }).perWorkspace.documentProcesses).toBe(3)
+  expect(loadConfig({ DOCUMENT_PROCESSES: '1' }).perWorkspace.documentProcesses).toBe(1)
+  expect(loadConfig({ RUNS_PER_WORKSPACE: '4', CHILD_RUNS_PER_WORKSPACE: '8', DOCUMENTS_PER_WORKSPACE: '2', DOCUMENT_PROCESSES_PER_WORKSPACE: '2' }).perWorkspace).toEqual({ runs: 4, childRuns: 8, documents: 2, documentProcesses: 2 })
+  for (const v of ['RUNS_PER_WORKSPACE', 'CHILD_RUNS_PER_WORKSPACE', 'DOCUMENTS_PER_WORKSPACE', 'DOCUMENT_PROCESSES_PER_WORKSPACE']) {
+    expect(() => loadConfig({ [v]: '0' })).toThrow(new RegExp(v))
+  }
 })
 
 test('KNOWLEDGE_EF_SEARCH: 40, or as set (10..1000)', () => {

@@ -96,11 +96,80 @@ describe('DocumentSandbox', () => {
           while (Date.now() < until) if (!alive(pid)) return void (goneWhileHeld = true)
         }, 50)
       }
-      const err = await sandbox.process('docx', async () => docx, DEFAULT_CHUNKING, undefined, false, begin).catch((e: unknown) => e)
+      const err = await sandbox.process('docx', async () => docx, DEFAULT_CHUNKING, undefined, false, '', begin).catch((e: unknown) => e)
       expect(goneWhileHeld).toBe(true)
       expect(err).toMatchObject({ code: 'processing_timeout', message: 'parsing and chunking the document took longer than 1 s' })
     } finally {
       await sandbox.close()
     }
   }, 120_000)
+
+  describe('fair between workspaces', () => {
+    /** Turns of the event loop until `done()` or `ms` have passed. */
+    const until = async (done: () => boolean, ms = 10_000) => {
+      const deadline = Date.now() + ms
+      while (!done() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5))
+    }
+
+    test('two processes, one each per workspace: A\'s second document waits while B\'s is read beside A\'s first', async () => {
+      const sandbox = new DocumentSandbox(DEFAULT_SANDBOX_LIMITS, 2, 1)
+      try {
+        const order: string[] = []
+        let release: () => void = () => {}
+        const gate = new Promise<void>((resolve) => (release = resolve))
+        // A's first document holds its process (its bytes still on their way, as a long document would).
+        const a1 = sandbox.process('md', async () => (order.push('a1'), await gate, bytes(TEXT)), DEFAULT_CHUNKING, undefined, false, 'A')
+        const a2 = sandbox.process('md', async () => (order.push('a2'), bytes(TEXT)), DEFAULT_CHUNKING, undefined, false, 'A')
+        const b = sandbox.process('md', async () => (order.push('b'), bytes(TEXT)), DEFAULT_CHUNKING, undefined, false, 'B')
+        await until(() => order.includes('b'))
+        // Before: A's second document took the other process and B's waited behind A's first.
+        expect(order).toEqual(['a1', 'b'])
+        expect((await b).length).toBeGreaterThan(0)
+        release()
+        await Promise.all([a1, a2])
+        expect(order).toEqual(['a1', 'b', 'a2'])
+      } finally {
+        await sandbox.close()
+      }
+    }, 30_000)
+
+    test('one process: a document of another workspace goes before the rest of the first one\'s', async () => {
+      const sandbox = new DocumentSandbox(DEFAULT_SANDBOX_LIMITS, 1)
+      try {
+        const order: string[] = []
+        let release: () => void = () => {}
+        const gate = new Promise<void>((resolve) => (release = resolve))
+        const docs = [
+          sandbox.process('md', async () => (order.push('a1'), await gate, bytes(TEXT)), DEFAULT_CHUNKING, undefined, false, 'A'),
+          sandbox.process('md', async () => (order.push('a2'), bytes(TEXT)), DEFAULT_CHUNKING, undefined, false, 'A'),
+          sandbox.process('md', async () => (order.push('a3'), bytes(TEXT)), DEFAULT_CHUNKING, undefined, false, 'A'),
+          sandbox.process('md', async () => (order.push('b1'), bytes(TEXT)), DEFAULT_CHUNKING, undefined, false, 'B'),
+        ]
+        await until(() => order.length > 0)
+        release()
+        await Promise.all(docs)
+        // Before: in the order they came (a1, a2, a3, b1).
+        expect(order).toEqual(['a1', 'b1', 'a2', 'a3'])
+      } finally {
+        await sandbox.close()
+      }
+    }, 30_000)
+
+    test('a document stopped while it waits its turn leaves the queue at once (SandboxAborted)', async () => {
+      const sandbox = new DocumentSandbox(DEFAULT_SANDBOX_LIMITS, 1)
+      try {
+        let release: () => void = () => {}
+        const gate = new Promise<void>((resolve) => (release = resolve))
+        const first = sandbox.process('md', async () => (await gate, bytes(TEXT)), DEFAULT_CHUNKING, undefined, false, 'A')
+        const ac = new AbortController()
+        const waiting = sandbox.process('md', async () => bytes(TEXT), DEFAULT_CHUNKING, ac.signal, false, 'A')
+        ac.abort()
+        expect(await waiting.then(() => 'read', (err) => (err as Error).name)).toBe('SandboxAborted')
+        release()
+        expect((await first).length).toBeGreaterThan(0)
+      } finally {
+        await sandbox.close()
+      }
+    }, 30_000)
+  })
 })

@@ -162,7 +162,7 @@ async function parseAndChunk(
   }
   let chunks: SandboxChunk[]
   try {
-    chunks = await sandbox.process(doc.doc_type as DocType, load, settings, signal, embed, begin)
+    chunks = await sandbox.process(doc.doc_type as DocType, load, settings, signal, embed, doc.workspace_id, begin)
   } catch (err) {
     if (err instanceof SandboxFailure) throw new IngestFailure(err.code, err.message)
     if (err instanceof SandboxAborted) throw new DocumentGone(err.message)

@@ -118,6 +118,12 @@ export function residentBytes(pid: number): number | null {
   }
 }
 
+interface Waiting {
+  workspace: string
+  start: (p: SandboxProcess) => Promise<void>
+  abort: () => void
+}
+
 interface Pending {
   id: number
   chunks: SandboxChunk[]
@@ -126,17 +132,31 @@ interface Pending {
 }
 
 /**
- * Document processes (each a SandboxProcess), each reading one document at a time: a document goes
- * to the process with the fewest documents waiting. One by default; more let documents be parsed,
- * chunked and embedded side by side on more cores (DOCUMENT_PROCESSES, docs/knowledge.md "Limits":
- * each holds its own memory).
+ * Document processes (each a SandboxProcess), each reading one document at a time. One by default;
+ * more let documents be parsed, chunked and embedded side by side on more cores (DOCUMENT_PROCESSES,
+ * docs/knowledge.md "Limits": each holds its own memory).
+ *
+ * Documents wait here, not in a process, and a process that comes free takes the next one fairly
+ * (docs/knowledge.md, "Fair shares between workspaces"): from the workspace served longest ago among
+ * those reading fewer than `perWorkspace` documents now, the oldest of its documents first. A
+ * document cannot be interrupted (one may take its whole time limit), so the share is kept as it is
+ * handed over: with `perWorkspace` below the number of processes, one workspace's long documents
+ * never hold every process while another's wait.
  */
 export class DocumentSandbox {
   private readonly processes: SandboxProcess[]
+  private readonly queue: Waiting[] = []
+  /** Documents of each workspace being read now. */
+  private readonly reading = new Map<string, number>()
+  /** When each workspace was last handed a process (a counter): the one served longest ago goes first. */
+  private readonly served = new Map<string, number>()
+  private turns = 0
 
   constructor(
     readonly limits: SandboxLimits = DEFAULT_SANDBOX_LIMITS,
     count = 1,
+    /** Processes reading one workspace's documents at once, at most. */
+    readonly perWorkspace = count,
   ) {
     this.processes = Array.from({ length: Math.max(1, count) }, () => new SandboxProcess(limits))
   }
@@ -144,21 +164,67 @@ export class DocumentSandbox {
   /**
    * The chunks of a document, parsed and chunked in a document process (with `embed`, each with its
    * local-embed vector); rejects with SandboxFailure, SandboxCrashed or SandboxAborted, or what
-   * `load` or `begin` throws. `load` is called when the process is free for the document, so
-   * documents waiting their turn hold no bytes; `begin` once the process is ready for it, right
-   * before it is handed over: its reading begins (a document waiting behind others has not begun).
+   * `load` or `begin` throws. `load` is called when a process is free for the document, so documents
+   * waiting their turn hold no bytes. `workspace`: whose document it is, for the turns. `begin` once
+   * the process is ready for it, right before it is handed over: its reading begins (a document
+   * waiting behind others has not begun).
    */
-  process(
-    type: DocType,
-    load: () => Promise<Uint8Array>,
-    settings: ChunkSettings,
-    signal?: AbortSignal,
-    embed: VectorForm | false = false,
-    begin?: () => Promise<void>,
-  ): Promise<SandboxChunk[]> {
-    let least = this.processes[0]!
-    for (const p of this.processes) if (p.waiting < least.waiting) least = p
-    return least.process(type, load, settings, signal, embed, begin)
+  process(type: DocType, load: () => Promise<Uint8Array>, settings: ChunkSettings, signal?: AbortSignal, embed: VectorForm | false = false, workspace = '', begin?: () => Promise<void>): Promise<SandboxChunk[]> {
+    if (signal?.aborted) return Promise.reject(new SandboxAborted('stopped'))
+    return new Promise<SandboxChunk[]>((resolve, reject) => {
+      const waiting: Waiting = {
+        workspace,
+        start: (p) => {
+          signal?.removeEventListener('abort', waiting.abort)
+          return p.process(type, load, settings, signal, embed, begin).then(resolve, reject)
+        },
+        // Stopped while waiting (its lease lost, the worker stopping): it leaves the queue at once.
+        abort: () => {
+          const i = this.queue.indexOf(waiting)
+          if (i < 0) return
+          this.queue.splice(i, 1)
+          reject(new SandboxAborted('stopped'))
+        },
+      }
+      signal?.addEventListener('abort', waiting.abort, { once: true })
+      this.queue.push(waiting)
+      this.dispatch()
+    })
+  }
+
+  /** Hands waiting documents to the free processes, by turns. */
+  private dispatch() {
+    for (const p of this.processes) {
+      if (p.waiting > 0) continue
+      const next = this.next()
+      if (next < 0) return
+      const [w] = this.queue.splice(next, 1)
+      this.reading.set(w!.workspace, (this.reading.get(w!.workspace) ?? 0) + 1)
+      if (this.served.size > 10_000) this.served.clear()
+      this.served.set(w!.workspace, ++this.turns)
+      void w!.start(p).finally(() => {
+        const n = (this.reading.get(w!.workspace) ?? 1) - 1
+        if (n > 0) this.reading.set(w!.workspace, n)
+        else this.reading.delete(w!.workspace)
+        this.dispatch()
+      })
+    }
+  }
+
+  /** The index in the queue of the document to read next, or -1 (none waits, or every waiting workspace has its share). */
+  private next(): number {
+    let best = -1
+    let bestTurn = Infinity
+    for (let i = 0; i < this.queue.length; i++) {
+      const ws = this.queue[i]!.workspace
+      if ((this.reading.get(ws) ?? 0) >= this.perWorkspace) continue
+      const turn = this.served.get(ws) ?? 0
+      if (turn < bestTurn) {
+        best = i
+        bestTurn = turn
+      }
+    }
+    return best
   }
 
   /** The pid of a process reading a document (else of one started), while one runs (for measurements and tests). */

@@ -73,7 +73,8 @@ export function childPort(deps: Deps, parent: runs.RunRow, idle: <T>(wait: Promi
             return ends
           }
           let added = false
-          while (running.size < opts.concurrency && next < inputs.length) {
+          const limit = running.size < opts.concurrency && next < inputs.length ? await childLimit(deps, parent.workspace_id, running.size, opts.concurrency) : 0
+          while (running.size < limit && next < inputs.length) {
             if (signal.aborted) throw abortedError()
             const i = next++
             if (started.has(i) || !valid[i]) continue
@@ -107,6 +108,18 @@ export function childPort(deps: Deps, parent: runs.RunRow, idle: <T>(wait: Promi
       }
     },
   }
+}
+
+/**
+ * How many children a node may have running, from the `running` it has: its concurrency, within
+ * what its workspace's child runs leave of CHILD_RUNS_PER_WORKSPACE (docs/workflows.md, "Fair shares
+ * between workspaces"), so that a fan-out of ten thousand items never puts more than that many runs
+ * before another workspace's. A node with none running may always start one: nested fan-outs whose
+ * parents fill the share still end.
+ */
+async function childLimit(deps: Deps, workspaceId: string, running: number, concurrency: number): Promise<number> {
+  const free = deps.config.perWorkspace.childRuns - (await runs.countRunningChildren(deps.db.sql, workspaceId))
+  return Math.min(concurrency, running + Math.max(free, running === 0 ? 1 : 0))
 }
 
 function startChild(deps: Deps, parent: runs.RunRow, node: GraphNode, wf: WorkflowRow, inputs: Record<string, unknown>, index: number | null) {
