@@ -1,9 +1,12 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { rmSync } from 'node:fs'
 import { startCluster, type Cluster } from '../helpers/cluster'
 import { startFakeProvider, writeModelsFile, type FakeProvider } from '../helpers/fake-provider'
 import { waitFor } from '../helpers/harness'
 import { apiCall, type ServiceProcess } from '../helpers/process'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The check before a model call keeps its answers in server mode too (src/domain/access-cache.ts):

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { rmSync } from 'node:fs'
 import type { Server } from 'bun'
 import { ChatOpenAI } from '@langchain/openai'
@@ -7,6 +8,8 @@ import { startWorkers, type Workers } from '../../src/workers'
 import { createWorkflow, echoGraph, pricedLlm } from '../helpers/agents'
 import { startFakeProvider, writeModelsFile, type FakeProvider, type FakeRequest } from '../helpers/fake-provider'
 import { keyFor, startHarness, workspaceOf, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Agents as models of the OpenAI drop-in (docs/agents.md, "Agents from any OpenAI client"): the

@@ -1,9 +1,12 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import type { Server } from 'bun'
 import { startCluster, type Cluster } from '../helpers/cluster'
 import { waitFor } from '../helpers/harness'
 import { ALL_CHUNKS } from '../helpers/knowledge'
 import { apiCall, killAll, type ServiceProcess } from '../helpers/process'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * A cluster (docs/deployment.md) on the real PostgreSQL and Redis (server mode, as CI runs): two API processes

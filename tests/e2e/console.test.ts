@@ -1,10 +1,13 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { existsSync } from 'node:fs'
 import { chromium, type Browser, type Page } from 'playwright-core'
 import { CHROMIUM, CHROMIUM_ARGS, CONSOLE_KEY, startConsoleWorld, XSS_NAME, type ConsoleWorld } from '../helpers/console'
 import { waitFor } from '../helpers/harness'
 import { chain } from '../helpers/runs'
 import { killAll } from '../helpers/process'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The console in a real browser: Debian's Chromium driven by Playwright against the service started as

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -7,6 +8,8 @@ import { generateKey } from '../../src/domain/api-keys'
 import { openEmbedded } from '../../src/store/db'
 import { startFakeProvider, type FakeProvider } from '../helpers/fake-provider'
 import { apiCall, EMBEDDED, killAll, spawnService, type ServiceProcess } from '../helpers/process'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * A model call's charge is journaled before its answer is sent and written to the ledger in a batch

@@ -1,8 +1,11 @@
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { existsSync } from 'node:fs'
 import { chromium, type Browser } from 'playwright-core'
 import { CHROMIUM, CHROMIUM_ARGS } from '../helpers/console'
 import { startHarness, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The API reference as an air-gapped operator opens it: headless Chromium loads /docs from the service

@@ -1,10 +1,13 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createCertificate, type Certificate } from '../helpers/certificate'
 import { waitFor } from '../helpers/harness'
 import { apiCall, EMBEDDED, killAll, runToExit, spawnService, type ServiceProcess } from '../helpers/process'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The embedded default end to end, always (even in CI, where DATABASE_URL and REDIS_URL are set):

@@ -1,6 +1,9 @@
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { EventSource } from 'eventsource'
 import { chain, end, start, startRunsEnv, tpl, wait, type RunsEnv } from '../helpers/runs'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The `eventsource` package (the WHATWG EventSource for Node and Bun) following a run's events at

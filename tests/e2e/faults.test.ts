@@ -1,9 +1,12 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { waitFor } from '../helpers/harness'
 import { apiCall, EMBEDDED, freePort, killAll, listening, spawnProcess, spawnService, type ServiceProcess, type Spawned } from '../helpers/process'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Redis unreachable (docs/deployment.md): the service on a Redis of this file's own (a real redis-server on a

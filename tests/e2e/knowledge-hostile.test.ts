@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -7,6 +8,8 @@ import { openEmbedded } from '../../src/store/db'
 import { waitFor } from '../helpers/harness'
 import { longLineText } from '../helpers/hostile-documents'
 import { apiCall, EMBEDDED, killAll, spawnService, type ServiceProcess } from '../helpers/process'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * A hostile document survives its process (docs/knowledge.md "Limits: the document process"): the

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import type { Server } from 'bun'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
@@ -12,6 +13,8 @@ import { keyFor, startHarness, workspaceOf, type Harness } from '../helpers/harn
 import { createKb, settled, uploadText } from '../helpers/knowledge'
 import { lintSchema, lintTools } from '../helpers/mcp-schema-lint'
 import { chain, end, start } from '../helpers/runs'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The service as an MCP server (docs/mcp.md), driven by the official MCP SDK's own client over a real

@@ -1,10 +1,13 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { generateKey } from '../../src/domain/api-keys'
 import { startFakeProvider, type FakeProvider } from '../helpers/fake-provider'
 import { apiCall, EMBEDDED, killAll, runToExit, spawnService } from '../helpers/process'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * MODELS_FILE at start-up (docs/models.md): a bad file stops `bun run src/main.ts` with exit code 2 and

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import type { Server } from 'bun'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -11,6 +12,8 @@ import { startMcpServer, type McpTestServer } from '../helpers/mcp-server'
 import { startOtlpReceiver, type OtlpReceiver } from '../helpers/otlp-receiver'
 import { apiCall, EMBEDDED, freePort, killAll, spawnService, type ServiceProcess } from '../helpers/process'
 import { chain } from '../helpers/runs'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * An outgoing call's URL path and query never reach a span or a log line (docs/observability.md):

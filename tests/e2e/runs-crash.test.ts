@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -8,6 +9,8 @@ import { generateKey } from '../../src/domain/api-keys'
 import { startCluster, type Cluster } from '../helpers/cluster'
 import { waitFor } from '../helpers/harness'
 import { apiCall, EMBEDDED, killAll, spawnService, type ServiceProcess } from '../helpers/process'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Runs survive their process (docs/api.md, "Runs"): the real service as a subprocess.

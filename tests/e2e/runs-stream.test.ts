@@ -1,10 +1,13 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import type { Server } from 'bun'
 import postgres from 'postgres'
 import { startCluster, type Cluster } from '../helpers/cluster'
 import { waitFor } from '../helpers/harness'
 import { apiCall, killAll, type ServiceProcess } from '../helpers/process'
 import { chain, parseSse, type Ev } from '../helpers/runs'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * A run executed by one process, watched and steered through another (docs/workflows.md, "Runs"): an API-only

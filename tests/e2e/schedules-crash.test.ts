@@ -1,7 +1,10 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { startCluster, type Cluster } from '../helpers/cluster'
 import { waitFor } from '../helpers/harness'
 import { apiCall, killAll, type ServiceProcess } from '../helpers/process'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Schedules on the real PostgreSQL and Redis (server mode): one API process (no workers) and two

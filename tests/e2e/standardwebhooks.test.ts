@@ -1,8 +1,11 @@
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { Webhook as StandardWebhook } from 'standardwebhooks'
 import { Webhook as SvixWebhook } from 'svix'
 import { waitFor } from '../helpers/harness'
 import { chain, end, start, startRunsEnv, tpl, type RunsEnv } from '../helpers/runs'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Real deliveries verified by the two libraries receivers use for the Standard Webhooks scheme,

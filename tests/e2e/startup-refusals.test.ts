@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -6,6 +7,8 @@ import { generateKey } from '../../src/domain/api-keys'
 import { startCluster, type Cluster } from '../helpers/cluster'
 import { waitFor } from '../helpers/harness'
 import { EMBEDDED, fetchService, killAll, runToExit, spawnService, type ServiceProcess } from '../helpers/process'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * What a process refuses at start-up rather than serve wrongly: a port another process holds (it

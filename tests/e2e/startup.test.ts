@@ -1,9 +1,12 @@
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { makeTemplate, templateDir } from '../../src/store/pglite-template'
 import { EMBEDDED, killAll, spawnService } from '../helpers/process'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * `bun start` on a fresh DATA_DIR starts from the installation's migrated template (what `bun install`

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -6,6 +7,8 @@ import { startCluster, type Cluster } from '../helpers/cluster'
 import { waitFor } from '../helpers/harness'
 import { EMBEDDED, fetchService, killAll, runToExit, type ServiceProcess } from '../helpers/process'
 import { startS3, type S3Server } from '../helpers/s3'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Processes on different hosts share nothing but PostgreSQL and Redis (docs/deployment.md, "Where

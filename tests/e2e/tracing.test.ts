@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import type { Server } from 'bun'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { lookup } from 'node:dns/promises'
@@ -13,6 +14,8 @@ import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../help
 import { apiCall, EMBEDDED, killAll, spawnService, type ServiceProcess } from '../helpers/process'
 import { startReceiver, type Receiver } from '../helpers/receiver'
 import { chain } from '../helpers/runs'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Traces exported over OTLP/HTTP (docs/observability.md) by the real service to a loopback

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -7,6 +8,8 @@ import { createCertificate, type Certificate } from '../helpers/certificate'
 import { waitFor } from '../helpers/harness'
 import { apiCall, EMBEDDED, killAll, spawnService, type ServiceProcess } from '../helpers/process'
 import { startReceiver, type Mode, type Receiver } from '../helpers/receiver'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Crash safety of webhook delivery, end to end in the embedded default (always runs, whatever

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { createHmac, randomBytes } from 'node:crypto'
 import { lookup } from 'node:dns/promises'
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -9,6 +10,8 @@ import { createCertificate, type Certificate } from '../helpers/certificate'
 import { waitFor } from '../helpers/harness'
 import { apiCall, EMBEDDED, killAll, spawnService, type ServiceProcess } from '../helpers/process'
 import { startReceiver, startReferenceReceiver, type Answer, type ReceivedRequest, type Receiver, type ReferenceReceiver } from '../helpers/receiver'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Webhook deliveries end to end: the real service (`bun run src/main.ts`, embedded default) as a

@@ -1,9 +1,12 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { createHmac, randomBytes } from 'node:crypto'
 import { createCertificate, type Certificate } from '../helpers/certificate'
 import { waitFor } from '../helpers/harness'
 import { killAll } from '../helpers/process'
 import { startReferenceReceiver, type ReferenceReceiver } from '../helpers/receiver'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * examples/webhook-receiver.ts as a real subprocess over HTTPS (a self-signed certificate made here),

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { createHmac } from 'node:crypto'
 import postgres from 'postgres'
 import { generateKey } from '../../src/domain/api-keys'
@@ -7,6 +8,8 @@ import { startCluster, type Cluster } from '../helpers/cluster'
 import { waitFor } from '../helpers/harness'
 import { apiCall, killAll, type ServiceProcess } from '../helpers/process'
 import { startReceiver, type ReceivedRequest, type Receiver } from '../helpers/receiver'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Several webhook workers on one server Postgres and one Redis: one API process (which runs the

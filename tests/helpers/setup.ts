@@ -1,5 +1,6 @@
 import { setDefaultTimeout } from 'bun:test'
+import { TEST_TIMEOUT_MS } from './timeouts'
 
-// Each test file builds its own database; PGlite's first start (initdb) can take several seconds on
-// two shared cores. bunfig's [test] timeout is not honoured by this Bun, so it is set here.
-setDefaultTimeout(30_000)
+// Reaches only the first file of a run (Bun keeps the default per file): every test file sets it
+// again at its top (tests/helpers/timeouts.ts).
+setDefaultTimeout(TEST_TIMEOUT_MS)

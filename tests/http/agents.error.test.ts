@@ -1,7 +1,10 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { NO_AGENT, NO_CONVERSATION, chat, chatOk, createAgent, createWorkflow, echoGraph, postAgent, rowCount } from '../helpers/agents'
 import { keyFor, startHarness, workspaceOf, type Harness } from '../helpers/harness'
 import { createKb, expectError } from '../helpers/knowledge'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Agent errors over HTTP (docs/agents.md, docs/api.md "Errors"): definitions the service refuses (400 naming

@@ -1,8 +1,11 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { startWorkers, type Workers } from '../../src/workers'
 import { ISO_MS, META, chatOk, createAgent, createWorkflow, echoGraph, messagesOf, postAgent, rowCount } from '../helpers/agents'
 import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '../helpers/harness'
 import { createKb, settled, uploadText } from '../helpers/knowledge'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Agents and conversations over HTTP (docs/agents.md): definitions, conversations and

@@ -1,7 +1,10 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { chat, chatOk, createAgent, postAgent, rowCount } from '../helpers/agents'
 import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '../helpers/harness'
 import { expectError } from '../helpers/knowledge'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Who may do what with agents and conversations (docs/api.md, "Keys, roles and workspaces"): another workspace's agents and

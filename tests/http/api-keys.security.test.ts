@@ -1,7 +1,10 @@
 import { createHash } from 'node:crypto'
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { ApiKeys, generateKey } from '../../src/domain/api-keys'
 import { keyFor, startHarness, waitFor, workspaceOf, type Answer, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 let h: Harness
 beforeAll(async () => {

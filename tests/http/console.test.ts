@@ -1,6 +1,9 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { CONSOLE_CSP } from '../../src/routes/console'
 import { startHarness, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /** The console's page and assets as the service serves them (the browser test drives the pages). */
 describe('console routes', () => {

@@ -1,6 +1,9 @@
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { DOCS_CSP } from '../../src/routes/docs'
 import { startHarness, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The API reference at /docs works without internet: the page names only this service's own files,

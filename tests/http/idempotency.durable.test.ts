@@ -1,7 +1,10 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { sha256Hex } from '../../src/lib/crypto'
 import { IDEMPOTENCY_PREFIX } from '../../src/store/idempotency'
 import { startHarness, workspaceOf, type Answer, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The row a write with an Idempotency-Key creates is recorded with it, in the same transaction

@@ -1,7 +1,10 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { sha256Hex } from '../../src/lib/crypto'
 import { keyFor, startHarness, waitFor, workspaceOf, type Answer, type CallOptions, type Harness } from '../helpers/harness'
 import { holdWorkspaceInserts } from '../helpers/locks'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 let h: Harness
 let alice: string

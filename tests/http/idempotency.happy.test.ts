@@ -1,6 +1,9 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { sha256Hex } from '../../src/lib/crypto'
 import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 let h: Harness
 let alice: string

@@ -1,6 +1,9 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { createAgent, createWorkflow } from '../helpers/agents'
 import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Impersonation: one user acting as another. A key carries its user_id into every write, the audit

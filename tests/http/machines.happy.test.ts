@@ -1,7 +1,10 @@
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { describeMachine } from '../../src/machines/describe'
 import { machines } from '../../src/machines/registry'
 import { keyFor, startHarness, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 let h: Harness
 beforeAll(async () => {

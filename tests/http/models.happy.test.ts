@@ -1,10 +1,13 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { countChatTokens, countTokens } from '../../src/lib/tokens'
 import { startFakeProvider, type FakeProvider } from '../helpers/fake-provider'
 import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The model endpoints (docs/models.md) and the OpenAI drop-ins through the real app in-process. The local models answer most

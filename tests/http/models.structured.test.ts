@@ -1,9 +1,12 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { rmSync } from 'node:fs'
 import OpenAI from 'openai'
 import { JSON_INSTRUCTION } from '../../src/domain/models/providers/anthropic'
 import { startFakeProvider, writeModelsFile, type FakeProvider } from '../helpers/fake-provider'
 import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Structured output on the chat routes (docs/models.md, "Structured output"): `response_format`

@@ -1,6 +1,9 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { chain, end, start, startRunsEnv, tpl, wait, type RunsEnv } from '../helpers/runs'
 import { keyFor, workspaceOf, type Answer } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The run object answered flat by get and cancel, and GET /v1/runs: every run the caller can read,

@@ -1,8 +1,11 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { createHmac } from 'node:crypto'
 import { createParser } from 'eventsource-parser'
 import { waitFor } from '../helpers/harness'
 import { chain, end, start, startRunsEnv, tpl, wait, type RunsEnv } from '../helpers/runs'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The published API called exactly as it is written (docs/api.md renders it): each route with the

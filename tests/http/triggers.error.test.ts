@@ -1,7 +1,10 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { keyFor, startHarness, workspaceOf, type Harness } from '../helpers/harness'
 import { chain, end, start } from '../helpers/runs'
 import { fireDueSchedules } from '../../src/domain/workflows/triggers'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 // No workers run: a hook call's run is inserted and stays `running`, which these tests never need to change.
 let h: Harness

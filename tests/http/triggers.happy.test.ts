@@ -1,8 +1,11 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { createHmac } from 'node:crypto'
 import { nextTick } from '../../src/domain/workflows/triggers'
 import { waitFor } from '../helpers/harness'
 import { chain, end, start, startRunsEnv, tpl, type RunsEnv } from '../helpers/runs'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Triggers through the real app and workers (docs/triggers.md): create, list, get, change and delete;

@@ -1,7 +1,10 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { createHmac } from 'node:crypto'
 import { keyFor, startHarness, workspaceOf, type Answer, type CallOptions, type Harness } from '../helpers/harness'
 import { chain, end, start } from '../helpers/runs'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 // Two harnesses: rate limits out of the way, and one with a small bucket (burst 5, 1/s) for the
 // flood. No workers run: a hook call's run is inserted and stays `running`.

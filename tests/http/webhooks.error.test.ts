@@ -1,5 +1,8 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 // Two harnesses: the default policy (https only) and one with WEBHOOK_ALLOW_HTTP=true. Receiver URLs
 // that need no DNS are public address literals; nothing is ever delivered (no workers run).

@@ -1,8 +1,11 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { advanceDelivery } from '../../src/domain/deliveries'
 import { sha256Hex } from '../../src/lib/crypto'
 import { lockDelivery, saveDeliveries } from '../../src/store/deliveries'
 import { keyFor, startHarness, workspaceOf, type Answer, type CallOptions, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 // Two harnesses: the default SSRF policy, and one with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true. No
 // workers run, so nothing is ever delivered; registration is what is checked.

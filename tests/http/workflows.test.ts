@@ -1,7 +1,10 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { getWorkflowVersion } from '../../src/store/workflows'
 import { AppError } from '../../src/lib/errors'
 import { keyFor, startHarness, workspaceOf, type Answer, type CallOptions, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 let h: Harness
 let owner: string

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { createLogger } from '../../src/boot'
 import { ACCESS_CHANNEL, AccessCache } from '../../src/domain/access-cache'
 import { accessCommitted, spendId } from '../../src/store/access-generation'
@@ -6,6 +7,8 @@ import type { AccessAndBudget } from '../../src/store/credits'
 import { IoRedis } from '../../src/store/redis/ioredis'
 import { waitFor } from '../helpers/harness'
 import { freePort, killAll, listening, spawnProcess, type Spawned } from '../helpers/process'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The server-mode rules of the check's kept answers (src/domain/access-cache.ts), on a real

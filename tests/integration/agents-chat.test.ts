@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { rmSync } from 'node:fs'
 import type { Server } from 'bun'
 import { countChatTokens } from '../../src/lib/tokens'
@@ -8,6 +9,8 @@ import { pricedLlm } from '../helpers/agents'
 import { keyFor, startHarness, workspaceOf, type Harness } from '../helpers/harness'
 import { createKb, expectError, settled, uploadText } from '../helpers/knowledge'
 import { chain, end, start, tpl } from '../helpers/runs'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Synchronous agent chat (docs/agents.md) through the real app, its workers and the gateway,

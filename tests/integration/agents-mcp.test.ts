@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { rmSync } from 'node:fs'
 import type { Socket, TCPSocketListener } from 'bun'
 import { context, propagation, ROOT_CONTEXT, trace, TraceFlags } from '@opentelemetry/api'
@@ -11,6 +12,8 @@ import { startFakeProvider, writeModelsFile, type FakeProvider, type FakeRequest
 import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '../helpers/harness'
 import { expectError } from '../helpers/knowledge'
 import { startMcpServer, TOOLS, type McpTestServer } from '../helpers/mcp-server'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Agents' `mcp` tools (docs/agents.md, "MCP tools") through the real app against a loopback model

@@ -1,9 +1,12 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { rmSync } from 'node:fs'
 import type { Server } from 'bun'
 import { startFakeProvider, writeModelsFile, type FakeProvider, type Reply } from '../helpers/fake-provider'
 import { pricedLlm } from '../helpers/agents'
 import { keyFor, startHarness, waitFor, workspaceOf, type Answer, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Streamed agent chat (docs/agents.md: `stream: true` with `Accept: text/event-stream`) through the real

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -8,6 +9,8 @@ import { newId } from '../../src/lib/ids'
 import { tryFlock } from '../../src/store/data-dir-lock'
 import type { Database } from '../../src/store/db'
 import { freshDatabase } from '../helpers/db'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The charge journal's start-up replay (docs/models.md, "Credits and budgets") on a real database:

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { rmSync } from 'node:fs'
 import { MAX_BATCH_ATTEMPTS } from '../../src/domain/models/embed-batches'
 import type { CallContext } from '../../src/domain/models/gateway'
@@ -9,6 +10,8 @@ import { startWorkers, type Workers } from '../../src/workers'
 import { fakeVector, startFakeProvider, writeModelsFile, type FakeProvider, type FakeRequest } from '../helpers/fake-provider'
 import { keyFor, startHarness, waitFor, workspaceOf, type Harness } from '../helpers/harness'
 import { createKb, settled, uploadText } from '../helpers/knowledge'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Embeddings against a remote provider (docs/models.md, "Embeddings: batches, concurrency and

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { newId } from '../../src/lib/ids'
 import { DOCUMENT_MACHINE_VERSION } from '../../src/machines/document.machine'
 import { RUN_MACHINE_VERSION } from '../../src/machines/workflow-run.machine'
@@ -8,6 +9,8 @@ import { claim, claimStatement, release, type LeaseTable } from '../../src/store
 import { runLeases } from '../../src/store/runs'
 import { insertWorkspace } from '../../src/store/workspaces'
 import { freshDatabase } from '../helpers/db'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Claims shared fairly between workspaces (src/store/leases.ts `claim`) on a real database: a

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { createHash } from 'node:crypto'
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -9,6 +10,8 @@ import { PART_BYTES } from '../../src/store/files/postgres'
 import { freshDatabase } from '../helpers/db'
 import { waitFor } from '../helpers/harness'
 import { startS3, type S3Server } from '../helpers/s3'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * One conformance suite for the three adapters of the storage port (docs/deployment.md, "Where

@@ -1,8 +1,11 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import fc from 'fast-check'
 import { errorStatus } from '../../src/lib/errors'
 import { startWorkers, type Workers } from '../../src/workers'
 import { startHarness, waitFor, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Every route of the OpenAPI document, fed random and boundary inputs built from its own schemas

@@ -1,10 +1,13 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Server } from 'bun'
 import { fakeVector, startFakeProvider, type FakeProvider, type Step } from '../helpers/fake-provider'
 import { keyFor, startHarness, waitFor, workspaceOf, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The gateway's failover, circuit breaker and stream edge cases through the HTTP endpoints, against

@@ -1,10 +1,13 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { existsSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { startWorkers, type Workers } from '../../src/workers'
 import { startFakeProvider, writeModelsFile, type FakeProvider } from '../helpers/fake-provider'
 import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '../helpers/harness'
 import { chunksOf, count, createKb, expectError, expectIso, filesOf, outboxOf, settled, upload, uploadText } from '../helpers/knowledge'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Knowledge bases end to end (docs/knowledge.md "Knowledge bases"): create with defaults and with

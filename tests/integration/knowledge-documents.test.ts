@@ -1,9 +1,12 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { embedText } from '../../src/domain/models/local/embed'
 import { countTokens } from '../../src/lib/tokens'
 import { startWorkers, type Workers } from '../../src/workers'
 import { keyFor, startHarness, workspaceOf, type Harness } from '../helpers/harness'
 import { chunksOf, createKb, expectIso, filesOf, fixture, listed, outboxOf, settled, statusOf, upload, uploadForm, uploadText } from '../helpers/knowledge'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Documents end to end with the real workers (docs/knowledge.md "Documents"): every fixture of

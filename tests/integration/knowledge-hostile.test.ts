@@ -1,9 +1,12 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { DEFAULT_SANDBOX_LIMITS, type SandboxLimits } from '../../src/domain/knowledge/sandbox'
 import { DocumentWorker } from '../../src/workers/documents'
 import { keyFor, startHarness, waitFor, workspaceOf, type Harness } from '../helpers/harness'
 import { inflatingDocx, longLineText } from '../helpers/hostile-documents'
 import { chunksOf, createKb, settled, upload } from '../helpers/knowledge'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Documents that attack the service through its document worker (docs/hardening.md, "one upload

@@ -1,8 +1,11 @@
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import * as store from '../../src/store/knowledge'
 import { startWorkers, type Workers } from '../../src/workers'
 import { keyFor, startHarness, waitFor, workspaceOf, type Harness } from '../helpers/harness'
 import { manual, WORD_QUERIES } from '../helpers/manuals'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Search while chunks move into the vector index (docs/knowledge.md, "Indexing"), on the real

@@ -1,10 +1,13 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { existsSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { startWorkers, type Workers } from '../../src/workers'
 import { startFakeProvider, writeModelsFile, type FakeProvider } from '../helpers/fake-provider'
 import { keyFor, startHarness, waitFor, workspaceOf, type Harness } from '../helpers/harness'
 import { chunksOf, count, createKb, expectError, filesOf, outboxOf, settled, statusOf, upload, uploadText } from '../helpers/knowledge'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Re-parse and delete (docs/knowledge.md "Re-parse and delete"): a re-parse builds a new generation

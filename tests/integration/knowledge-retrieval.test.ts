@@ -1,7 +1,10 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import corpus from '../fixtures/retrieval-corpus.json'
 import { startWorkers, type Workers } from '../../src/workers'
 import { keyFor, startHarness, waitFor, workspaceOf, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Retrieval quality and behaviour on the labelled corpus (tests/fixtures/retrieval-corpus.json: 64

@@ -1,10 +1,13 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { chargeIn } from '../../src/domain/credits'
 import { startWorkers, type Workers } from '../../src/workers'
 import { keyFor, startHarness, workspaceOf, type Harness } from '../helpers/harness'
 import { chunksOf, createKb, settled, upload, uploadText } from '../helpers/knowledge'
 import { chain, end, start } from '../helpers/runs'
 import corpus from '../fixtures/retrieval-corpus.json'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Search (docs/knowledge.md, "Search") and the workflow `knowledge_retrieval` node

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { originalKey } from '../../src/domain/knowledge/documents'
@@ -10,6 +11,8 @@ import { findRun, insertRun, type RunRow } from '../../src/store/runs'
 import { DELIVERY_TIMER } from '../../src/workers/webhook-deliveries'
 import { waitFor } from '../helpers/harness'
 import { startRunsEnv, type RunsEnv } from '../helpers/runs'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Versioned snapshots on real rows (docs/architecture.md, "Versioned snapshots"): the snapshots

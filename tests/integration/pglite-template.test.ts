@@ -1,10 +1,13 @@
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { openEmbedded } from '../../src/store/db'
 import { loadMigrations, migrate } from '../../src/store/migrate'
 import { makeTemplate } from '../../src/store/pglite-template'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * A fresh embedded data directory starts as a copy of the migrated template instead of PGlite's

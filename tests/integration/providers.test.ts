@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import type { ResolvedProvider } from '../../src/domain/models/catalog'
 import { AnthropicProvider } from '../../src/domain/models/providers/anthropic'
 import { OpenAIProvider } from '../../src/domain/models/providers/openai'
@@ -6,6 +7,8 @@ import { ProviderError, type ChatChunk, type ChatRequest } from '../../src/domai
 import { countChatTokens, countTokens } from '../../src/lib/tokens'
 import { fakeVector, startFakeProvider, type FakeProvider } from '../helpers/fake-provider'
 import { waitFor } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /** The two remote adapters against a loopback provider speaking the vendors' wire formats. */
 

@@ -1,8 +1,11 @@
-import { afterAll, describe, expect, test } from 'bun:test'
+import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { appendFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { MemoryRedis } from '../../src/store/redis/memory'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The in-process stand-in's journal: the keys it is told to keep (idempotency records) come back in a

@@ -1,9 +1,12 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import Redis from 'ioredis'
 import { RedisUnavailableError } from '../../src/store/redis'
 import { IoRedis } from '../../src/store/redis/ioredis'
 import { waitFor } from '../helpers/harness'
 import { freePort, killAll, listening, spawnProcess, type Spawned } from '../helpers/process'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The ioredis adapter when Redis cannot serve: a real redis-server of this file's own, killed with

@@ -1,9 +1,12 @@
-import { afterAll, afterEach, describe, expect, test } from 'bun:test'
+import { afterAll, afterEach, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import Redis from 'ioredis'
 import type { RedisPort } from '../../src/store/redis'
 import { IoRedis } from '../../src/store/redis/ioredis'
 import { MemoryRedis } from '../../src/store/redis/memory'
 import { waitFor } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * One contract, two adapters: whatever the in-process stand-in does, real Redis must do too, and the

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { commitRun } from '../../src/domain/workflows/transitions'
 import { newId } from '../../src/lib/ids'
 import { advance, advanceMany, start, type Persisted } from '../../src/machines/runner'
@@ -10,6 +11,8 @@ import { insertWorkflow } from '../../src/store/workflows'
 import { insertWorkspace } from '../../src/store/workspaces'
 import { freshDatabase } from '../helpers/db'
 import { waitFor } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The run store's one-statement transitions (src/store/runs.ts writeTransition) on a real database:

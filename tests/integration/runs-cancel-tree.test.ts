@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import type { Server } from 'bun'
 import { newId } from '../../src/lib/ids'
 import { start as startStep } from '../../src/machines/runner'
@@ -6,6 +7,8 @@ import { RUN_MACHINE_VERSION, runMachine } from '../../src/machines/workflow-run
 import { insertChildRun, type RunRow } from '../../src/store/runs'
 import { waitFor } from '../helpers/harness'
 import { chain, end, start, startRunsEnv, wait, type Node, type RunsEnv } from '../helpers/runs'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Cancelling a run that fanned out (docs/workflows.md, "Cancelling a run"): the run and every run

@@ -1,6 +1,9 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { waitFor } from '../helpers/harness'
 import { chain, end, ends, parseSse, start, startRunsEnv, starts, tpl, wait, type Ev, type RunsEnv } from '../helpers/runs'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Runs end to end in-process (tests/helpers/runs.ts): sync runs (templates, conditions, parallel

@@ -1,7 +1,10 @@
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { startWorkers, type Workers } from '../../src/workers'
 import { keyFor, startHarness, workspaceOf, type Harness } from '../helpers/harness'
 import { chain, parseSse, wait } from '../helpers/runs'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * A quiet event stream gets a comment every SSE_HEARTBEAT_MS (15 s by default): Bun closes a

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { existsSync } from 'node:fs'
 import postgres from 'postgres'
 import { sha256Hex } from '../../src/lib/crypto'
@@ -11,6 +12,8 @@ import { claimUndispatchedEvents, emit, markEventsDispatched, type EventRow } fr
 import { loadMigrations, migrate } from '../../src/store/migrate'
 import { deleteWorkspace, insertMember, insertWorkspace } from '../../src/store/workspaces'
 import { freshDatabase } from '../helpers/db'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 const serverUrl = process.env.DATABASE_URL
 

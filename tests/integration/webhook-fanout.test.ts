@@ -1,8 +1,11 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { DELIVERY_MACHINE_VERSION } from '../../src/machines/webhook-delivery.machine'
 import { emit } from '../../src/store/events'
 import { FanOut } from '../../src/workers/fanout'
 import { keyFor, startHarness, workspaceOf, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 // The fan-out worker driven by hand (`tick()`), over the real database and Redis of the harness; the
 // harness runs no workers, so deliveries stay `pending` and their timers stay in Redis.

@@ -1,9 +1,12 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { newDelivery } from '../../src/domain/deliveries'
 import { idFloor } from '../../src/lib/ids'
 import { insertDeliveries, type NewDelivery } from '../../src/store/deliveries'
 import { applyRetention, rebuildDeliveryTimers, RETENTION_MS } from '../../src/workers/maintenance'
 import { startHarness, workspaceOf, type Harness } from '../helpers/harness'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /** Retention and the timer rebuild, against the real store and Redis port. */
 describe('webhook maintenance', () => {

@@ -1,9 +1,12 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import type { Server } from 'bun'
 import { createHmac } from 'node:crypto'
 import type { UrlPolicy } from '../../src/lib/net-guard'
 import { USER_AGENT, sendDelivery, type SendInput } from '../../src/workers/webhook-sender'
 import { freePort } from '../helpers/process'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * One attempt of sendDelivery against a real receiver: Bun.serve over plain HTTP on loopback, which

@@ -1,7 +1,10 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { closeMcpClients } from '../../src/domain/agents/mcp'
 import { startMcpServer, type McpTestServer } from '../helpers/mcp-server'
 import { chain, end, ends, start, startRunsEnv, type Node, type RunsEnv } from '../helpers/runs'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The `agent` node (docs/workflows.md, "agent"): a turn of an agent of the run's workspace, with its

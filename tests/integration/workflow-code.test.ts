@@ -1,4 +1,5 @@
-import { afterAll, describe, expect, test } from 'bun:test'
+import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { loadConfig } from '../../src/config'
 import type { Gateway } from '../../src/domain/models/gateway'
 import { executors } from '../../src/domain/workflows/nodes'
@@ -10,6 +11,8 @@ import { spawnProcess, type Spawned } from '../helpers/process'
 import type { GraphNode, NodeContext, NodeResult, NodeType } from '../../src/domain/workflows/types'
 import { waitFor } from '../helpers/harness'
 import { failure, vars } from '../helpers/nodes'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The code node's executor called directly: the real QuickJS sandbox in its worker threads. A code

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -11,6 +12,8 @@ import type { GraphNode, NodeContext, NodeResult, NodeType, Variables } from '..
 import { startFakeProvider, type FakeProvider } from '../helpers/fake-provider'
 import { keyFor, startHarness, waitFor, workspaceOf, type Harness } from '../helpers/harness'
 import { failure, vars } from '../helpers/nodes'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Every executor called directly with a NodeContext built here: the real gateway of a harness (the

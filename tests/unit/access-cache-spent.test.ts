@@ -1,7 +1,10 @@
-import { afterEach, beforeEach, describe, expect, test } from 'bun:test'
+import { afterEach, beforeEach, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { AccessCache } from '../../src/domain/access-cache'
 import { accessChanged, accessCommitted, accessGeneration, heldBatchOver, heldBatchSent, lastChangeOf, onAccessCommitted, spendId } from '../../src/store/access-generation'
 import type { AccessAndBudget } from '../../src/store/credits'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The embedded database's kept answers across a batch of this process' charges (src/domain/access-cache.ts,

@@ -1,6 +1,9 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { checkServerUrl, MAX_RESULT_CHARS, toOutput } from '../../src/domain/agents/mcp'
 import { mcpToolName } from '../../src/domain/agents/tools'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /** The pure parts of agents' mcp tools (docs/agents.md, "MCP tools"): names, results, the save-time URL rule. */
 

@@ -1,5 +1,8 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { CircuitBreaker } from '../../src/domain/models/circuit-breaker'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /** The breaker on an injected clock: the 30 s cool-down is walked through without waiting for it. */
 

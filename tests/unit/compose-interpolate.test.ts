@@ -1,5 +1,8 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { interpolate, loadCompose } from '../../scripts/container/compose'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The container check reads docker-compose.yml as compose does (docs/deployment.md, "The container

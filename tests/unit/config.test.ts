@@ -1,6 +1,9 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { resolve } from 'node:path'
 import { ConfigError, loadConfig } from '../../src/config'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /** The ConfigError a load throws. */
 function failure(env: Record<string, string>): ConfigError {

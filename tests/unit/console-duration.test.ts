@@ -1,5 +1,8 @@
-import { expect, test } from 'bun:test'
+import { expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { duration } from '../../src/console/format'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 // The console showed a 2-minute run as "131731 ms".
 test.each([

@@ -1,5 +1,8 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { layers, stateText } from '../../src/console/layout'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 describe('the console\'s run graph layout', () => {
   test('a column per longest path from the start; nodes of one column stacked', () => {

@@ -1,9 +1,12 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { readdirSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { describeMachine } from '../../src/machines/describe'
 import { machines } from '../../src/machines/registry'
 import { deliveryPath, documentPath, highlighted, runPath, stateId } from '../../src/console/paths'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 describe('the console\'s machine paths', () => {
   test('a delivery: one sending per attempt, a retrying between them', () => {

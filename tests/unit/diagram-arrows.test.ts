@@ -1,6 +1,9 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { describeMachine } from '../../src/machines/describe'
 import { machines } from '../../src/machines/registry'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The console and docs/machines draw the machines with Mermaid, which lays the diagram out in the

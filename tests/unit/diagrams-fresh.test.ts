@@ -1,9 +1,12 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { join } from 'node:path'
 import { createMachine } from 'xstate'
 import { describeMachine } from '../../src/machines/describe'
 import { MACHINE_DOCS_DIR, machineDocFiles, renderMachineDoc } from '../../src/machines/docs'
 import { machines } from '../../src/machines/registry'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /** docs/machines/ is generated from the machine definitions: a changed machine needs `bun run diagrams`. */
 const root = join(import.meta.dir, '..', '..')

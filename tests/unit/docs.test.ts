@@ -1,7 +1,10 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { existsSync, readFileSync, statSync } from 'node:fs'
 import { dirname, join, normalize, relative } from 'node:path'
 import { parseCatalog } from '../../src/domain/models/catalog'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The README and docs/ are followed by newcomers word for word: every link must resolve, no file may

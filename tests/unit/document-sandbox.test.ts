@@ -1,10 +1,13 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { DEFAULT_CHUNKING } from '../../src/domain/knowledge/chunk'
 import { DEFAULT_SANDBOX_LIMITS, DocumentSandbox } from '../../src/domain/knowledge/sandbox'
 import { embedText } from '../../src/domain/models/local/embed'
 import { countTokens } from '../../src/lib/tokens'
 import { readFileSync } from 'node:fs'
 import { inflatingDocx } from '../helpers/hostile-documents'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The document processes (src/domain/knowledge/sandbox.ts): several read documents side by side,

@@ -1,9 +1,12 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { CatalogError, parseCatalog } from '../../src/domain/models/catalog'
 import { MAX_BATCH_ATTEMPTS, MAX_RETRY_AFTER_MS, RETRY_BASE_MS, retryDelay } from '../../src/domain/models/embed-batches'
 import { DEFAULT_MAX_CONCURRENCY, OpenAIProvider } from '../../src/domain/models/providers/openai'
 import { ProviderError } from '../../src/domain/models/types'
 import { Limiter } from '../../src/lib/limiter'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The pieces of docs/models.md "Embeddings: batches, concurrency and retries" that need no upstream:

@@ -1,4 +1,5 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { strToU8, unzipSync, zipSync } from 'fflate'
@@ -6,6 +7,8 @@ import { parseDocument, ParseError } from '../../src/domain/knowledge/parse'
 import { DOCX_MAX_UNPACKED_BYTES, refuseLyingZip } from '../../src/domain/knowledge/parse/docx'
 import { DEFAULT_SANDBOX_LIMITS, DocumentSandbox, SandboxFailure } from '../../src/domain/knowledge/sandbox'
 import { cleanFileName } from '../../src/domain/knowledge/upload'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /** Hostile documents (docs/hardening.md): each is refused with a parse error, or read harmlessly; none hangs the process. */
 const DOCX = readFileSync(join(import.meta.dir, '../fixtures/documents/sample.docx'))

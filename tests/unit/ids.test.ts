@@ -1,5 +1,8 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { idFloor, newId } from '../../src/lib/ids'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Ids (src/lib/ids.ts): the millisecond, then 80 bits drawn from the CSPRNG for every id. Ids made

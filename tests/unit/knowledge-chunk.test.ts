@@ -1,7 +1,10 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { type Chunk, type ChunkSettings, chunkDocument, DEFAULT_CHUNKING, TooManyChunks } from '../../src/domain/knowledge/chunk'
 import type { Block, ParsedDocument } from '../../src/domain/knowledge/parse'
 import { countTokens, tokenized } from '../../src/lib/tokens'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 const h = (text: string, level: number): Block => ({ kind: 'heading', text, level })
 const p = (text: string): Block => ({ kind: 'text', text })

@@ -1,6 +1,9 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { join } from 'node:path'
 import { type Block, type DocType, detectType, parseDocument, ParseError, type ParseErrorCode } from '../../src/domain/knowledge/parse'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 const DIR = join(import.meta.dir, '../fixtures/documents')
 const fixture = async (name: string) => new Uint8Array(await Bun.file(join(DIR, name)).arrayBuffer())

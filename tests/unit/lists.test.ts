@@ -1,6 +1,9 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { AppError } from '../../src/lib/errors'
 import { encodeCursor, parseListQuery, toPage, type ListSpec } from '../../src/lib/lists'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 const spec: ListSpec = {
   sortable: { created_at: 'time', name: 'text', size: 'int' },

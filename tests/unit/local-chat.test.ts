@@ -1,8 +1,11 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { localChat, localChatStream } from '../../src/domain/models/local/chat'
 import { LocalProvider } from '../../src/domain/models/providers/local'
 import { ProviderError, type ChatChunk, type ChatRequest, type ToolDefinition } from '../../src/domain/models/types'
 import { countChatTokens, countTokens } from '../../src/lib/tokens'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 const CONTEXT = 'Our office is in Lisbon. It opens at 9 am on weekdays. The cafeteria serves lunch from noon. Parking is free for visitors.'
 const withContext = (question: string, extra: Partial<ChatRequest> = {}): ChatRequest => ({

@@ -1,7 +1,10 @@
-import { expect, test } from 'bun:test'
+import { expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { embedText } from '../../src/domain/models/local/embed'
 import { LocalProvider } from '../../src/domain/models/providers/local'
 import { countTokens } from '../../src/lib/tokens'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /** local-embed batches run on a worker thread (src/domain/models/local/embed-thread.ts): same answers, in order. */
 

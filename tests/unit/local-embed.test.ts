@@ -1,9 +1,12 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import pairs from '../fixtures/local-embed-pairs.json'
 import { cosine, DIMENSIONS, embedText, normalise, scanWords } from '../../src/domain/models/local/embed'
 import { LocalProvider } from '../../src/domain/models/providers/local'
 import { ProviderError } from '../../src/domain/models/types'
 import { countTokens } from '../../src/lib/tokens'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 const norm = (v: number[]) => Math.sqrt(v.reduce((s, x) => s + x * x, 0))
 const words = (text: string) => {

@@ -1,9 +1,12 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { hashRange } from '../../src/domain/models/local/embed'
 import { bm25, relevance, rerank, terms } from '../../src/domain/models/local/rerank'
 import { LocalProvider } from '../../src/domain/models/providers/local'
 import { ProviderError } from '../../src/domain/models/types'
 import { countTokens } from '../../src/lib/tokens'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 const documents = [
   'The oven should be preheated before baking bread.',

@@ -1,4 +1,5 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { AnyStateMachine } from 'xstate'
@@ -8,6 +9,8 @@ import { documentDefinition, type DocumentEvent } from '../../src/machines/docum
 import { advance, start, type Persisted } from '../../src/machines/runner'
 import { deliveryDefinition, type DeliveryEvent } from '../../src/machines/webhook-delivery.machine'
 import { runDefinition, type RunEvent } from '../../src/machines/workflow-run.machine'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Every machine explored from its initial snapshot with a catalogue of events (each event type with

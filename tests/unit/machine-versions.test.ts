@@ -1,4 +1,5 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { loadRow, loadSnapshot, NewerSnapshot, type MachineDefinition } from '../../src/machines/definition'
@@ -6,6 +7,8 @@ import { documentDefinition } from '../../src/machines/document.machine'
 import { deliveryDefinition } from '../../src/machines/webhook-delivery.machine'
 import { runDefinition } from '../../src/machines/workflow-run.machine'
 import type { Persisted } from '../../src/machines/runner'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Loading stored snapshots (src/machines/definition.ts): a snapshot of an earlier version is brought

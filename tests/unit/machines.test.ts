@@ -1,8 +1,11 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { and, assign, createMachine, not, setup } from 'xstate'
 import { describeMachine, MACHINE_SOURCE, mermaidText, type MachineDescription } from '../../src/machines/describe'
 import { machines } from '../../src/machines/registry'
 import { DELIVERY_MACHINE_VERSION, deliveryMachine } from '../../src/machines/webhook-delivery.machine'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 const delivery = () => describeMachine({ name: 'webhook-delivery', machine: deliveryMachine, version: DELIVERY_MACHINE_VERSION })
 

@@ -1,8 +1,11 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { relayText } from '../../src/domain/models/gateway'
 import { contentChunk, ContentChunks } from '../../src/domain/models/providers/openai'
 import { DataSplitter } from '../../src/domain/models/providers/upstream'
 import { plain, WireEvents } from '../../src/domain/models/providers/wire-events'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The streamed relay's shortcuts (docs/models.md, "Streaming"): each must answer exactly what parsing

@@ -1,5 +1,8 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { UnsafeUrlError, checkUrlShape, isPublicAddress, resolveAllowed, type UrlPolicy } from '../../src/lib/net-guard'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /** The SSRF guard of docs/webhooks.md. Only loopback names and IP literals are resolved: no network. */
 const STRICT: UrlPolicy = { allowHttp: false, allowPrivate: false }

@@ -1,6 +1,9 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { createLogger } from '../../src/boot'
 import { redactUrls, scrubUrl, shownUrl } from '../../src/lib/redact-url'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /** What messages, spans and logs may show of an outgoing call's URL (docs/observability.md). */
 describe('shownUrl', () => {

@@ -1,5 +1,8 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { cachedValidators, checkResponseFormat, parseStructured, validatorFor } from '../../src/domain/models/response-format'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /** The pure half of structured output (src/domain/models/response-format.ts): shape, parsing, the validator cache. */
 

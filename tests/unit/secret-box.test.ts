@@ -1,8 +1,11 @@
-import { afterAll, describe, expect, test } from 'bun:test'
+import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, mkdirSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { SecretBox, SecretBoxError, loadSecretKey } from '../../src/lib/secret-box'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /** AES-256-GCM at rest for webhook secrets, and the key file in DATA_DIR. */
 const tmp = mkdtempSync(join(tmpdir(), 'ap-unit-secret-box-'))

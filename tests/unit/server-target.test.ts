@@ -1,5 +1,8 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { serverTarget } from '../../src/store/db'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 // How a DATABASE_URL reaches postgres.js: host and port as written, or a Unix socket's path when
 // the URL names its directory the ways libpq reads one (docs/deployment.md, "Server mode").

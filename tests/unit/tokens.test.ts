@@ -1,8 +1,11 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { countTokens as libraryCount } from 'gpt-tokenizer/encoding/o200k_base'
 import { chunkDocument, DEFAULT_CHUNKING } from '../../src/domain/knowledge/chunk'
 import { localChat, localChatStream } from '../../src/domain/models/local/chat'
 import { boundedParts, countChatTokens, countTokens, MAX_RUN, tokenize } from '../../src/lib/tokens'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The tokenizer's bound on one "word" (hostile input, docs/hardening.md): the library's BPE is quadratic in the

@@ -1,5 +1,8 @@
-import { expect, test } from 'bun:test'
+import { expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { join } from 'node:path'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * Tracing off costs nothing to load (docs/observability.md, "What it costs"): the whole service's

@@ -1,6 +1,9 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { embedText } from '../../src/domain/models/local/embed'
 import { vectorText } from '../../src/store/vector-text'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /** The float4 values pgvector would store from a text: each value's nearest float4. */
 const float4s = (text: string) => text.slice(1, -1).split(',').map((s) => Math.fround(Number(s)))

@@ -1,4 +1,5 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { loadConfig } from '../../src/config'
 import { advanceDelivery, leaseMs, newDelivery, nextAttemptAt } from '../../src/domain/deliveries'
 import { advance, start, type Persisted, type Step } from '../../src/machines/runner'
@@ -12,6 +13,8 @@ import {
   type DeliveryEvent,
   type DeliveryState,
 } from '../../src/machines/webhook-delivery.machine'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The delivery machine through the pure runner (xstate's transition-test style): no actor, no clock.

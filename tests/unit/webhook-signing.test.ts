@@ -1,7 +1,10 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { createHmac, randomBytes } from 'node:crypto'
 import { serviceSignature, standardKey, standardSignature } from '../../src/lib/signing'
 import { USER_AGENT, buildRequest, parseRetryAfter } from '../../src/workers/webhook-sender'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 /**
  * The signatures of docs/webhooks.md, checked against HMACs computed here with node:crypto

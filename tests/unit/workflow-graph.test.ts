@@ -1,10 +1,13 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { checkConfig, type Path } from '../../src/domain/workflows/configs'
 import { incoming, inputSpec, outgoing, startNode, validateGraph, validateInputs } from '../../src/domain/workflows/graph'
 import { NODE_TYPES, type Graph, type NodeType } from '../../src/domain/workflows/types'
 import { AppError } from '../../src/lib/errors'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 type G = { nodes: any[]; edges: any[] }
 

@@ -1,6 +1,9 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { compileTemplate, render, renderDeep, renderText } from '../../src/domain/workflows/templates'
 import { NodeError, type Variables } from '../../src/domain/workflows/types'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 const vars: Variables = {
   inputs: { name: 'Ada', n: 3, ok: false, tags: ['a', 'b'], obj: { k: 'v' }, nothing: null, zero: 0 },
