@@ -21,6 +21,7 @@ let h: Harness
 let ws: string
 let wf: string
 let hookId: string
+let hookPath: string
 let kb: string
 
 beforeAll(async () => {
@@ -28,7 +29,10 @@ beforeAll(async () => {
   ws = await workspaceOf(h, h.rootKey, 'Durable keys')
   const graph = { nodes: [{ id: 'start', type: 'start', config: {} }, { id: 'end', type: 'end', config: { outputs: {} } }], edges: [{ source: 'start', target: 'end' }] }
   wf = (await h.call('POST', '/v1/workflows', { body: { workspace_id: ws, name: 'Plain', graph } })).body.data.id
-  hookId = (await h.call('POST', `/v1/workflows/${wf}/triggers`, { body: { type: 'webhook' } })).body.data.id
+  const hook = (await h.call('POST', `/v1/workflows/${wf}/triggers`, { body: { type: 'webhook' } })).body.data
+  hookId = hook.id
+  // The hook's URL with its token, from /v1 on (as every path here is written).
+  hookPath = new URL(hook.url).pathname.replace(/^.*?(\/v1\/)/, '$1')
   kb = (await h.call('POST', '/v1/knowledge-bases', { body: { workspace_id: ws, name: 'Docs' } })).body.data.id
 }, 60_000)
 afterAll(() => h.close())
@@ -80,7 +84,7 @@ const cases: Case[] = [
   },
   {
     what: 'run (hook)',
-    path: () => `/v1/hooks/${hookId}`,
+    path: () => hookPath,
     body: (t) => ({ tag: t }),
     id: (a) => a.body.run_id,
     // A hook's runs are those of its trigger's user.

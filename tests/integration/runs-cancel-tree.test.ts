@@ -23,7 +23,9 @@ let holder: Server<undefined>
 const held = { received: 0, aborted: 0 }
 
 beforeAll(async () => {
-  env = await startRunsEnv()
+  // 16 leaves in flight at once, each a run without children: above a workspace's default share of
+  // working runs (RUNS_PER_WORKSPACE, 8), which this test is not about.
+  env = await startRunsEnv({ RUNS_PER_WORKSPACE: '64' })
   holder = Bun.serve({
     hostname: '127.0.0.1',
     port: 0,
