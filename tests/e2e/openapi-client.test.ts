@@ -6,6 +6,8 @@ import { join } from 'node:path'
 import openapiTS, { astToString } from 'openapi-typescript'
 import { keyFor, startHarness, type Harness } from '../helpers/harness'
 
+setDefaultTimeout(TEST_TIMEOUT_MS)
+
 /**
  * A client generated from the service's own OpenAPI document, as a team would make one: types by
  * `openapi-typescript`, calls by `openapi-fetch`. The program must type-check (a wrong one must not), then
@@ -36,8 +38,6 @@ afterAll(async () => {
 const PROGRAM = `
 import createClient from 'openapi-fetch'
 import type { components, paths } from './schema'
-
-setDefaultTimeout(TEST_TIMEOUT_MS)
 
 const client = createClient<paths>({ baseUrl: process.env.BASE_URL!, headers: { Authorization: \`Bearer \${process.env.API_KEY}\` } })
 
