@@ -80,7 +80,8 @@ const ledger = async (ws: string) => (await written(), h.deps.db.sql<LedgerRow[]
   from credit_ledger where workspace_id = ${ws} order by created_at, id`)
 
 const thresholdEvents = async (ws: string) => (await written(), h.deps.db.sql<{ workspace_id: string; data: any }[]>`
-  select workspace_id, data from events where type = 'credit.budget.threshold' and workspace_id = ${ws} order by created_at, id`)
+  select workspace_id, data from events where type = 'credit.budget.threshold' and workspace_id = ${ws}
+  order by created_at, (data->>'threshold_percent')::numeric`)
 
 const putBudget = (ws: string, body: Record<string, unknown>, key = owner) => h.call('PUT', `/v1/workspaces/${ws}/budget`, { key, body })
 const budget = (credits: number, thresholds: number[], hard_limit: boolean) => ({ credits, period: 'month', thresholds, hard_limit })

@@ -88,7 +88,8 @@ async function searched(q: store.SearchQuery, db: Database = h.deps.db) {
   const at = sent.findIndex((s) => /^\s*with\b/.test(s.string) && !s.string.includes('picked as'))
   expect(at).toBeGreaterThanOrEqual(0)
   const statement = sent[at]!
-  const setting = sent[at - 1]?.string.includes('set_config(') ? sent[at - 1] : undefined
+  // Not always the one right before it: on a busy machine another worker's statement can come between.
+  const setting = sent.slice(0, at).findLast((s) => s.string.includes('set_config('))
   return pool.begin(async (tx) => {
     if (setting) await tx.unsafe(setting.string, setting.params as never[])
     const [settings] = await tx<Record<string, unknown>[]>`select current_setting('hnsw.iterative_scan') as iterative, current_setting('hnsw.ef_search')::int as ef,
