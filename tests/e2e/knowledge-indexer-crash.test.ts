@@ -258,7 +258,7 @@ describe('embedded: the chunk indexer SIGKILLed mid-move', () => {
     expect(hits[0]).toMatchObject({ document_id: reparsed, content: expect.stringMatching(/^Paragraph 42 of the vec0 manual: /) })
     expect(sp.output()).not.toMatch(/chunk indexer failed/)
     console.log(`indexer crash (embedded): everything moved ${Date.now() - tKill} ms after the kill`)
-  }, 120_000)
+  }, 300_000)
 })
 
 /**
@@ -396,5 +396,5 @@ describe.skipIf(!process.env.DATABASE_URL || !process.env.REDIS_URL)('server mod
     const hits = await search(vec, 'Paragraph 42 of the vec0 manual')
     expect(hits[0]).toMatchObject({ document_id: reparsed, content: expect.stringMatching(/^Paragraph 42 of the vec0 manual: /) })
     console.log(`indexer crash (server): ${answers.length} searches (${Object.entries(byPhase).map(([k, v]) => `${v!.length} ${k}`).join(', ')})`)
-  }, 120_000)
+  }, 300_000)
 })
