@@ -42,6 +42,7 @@ const Env = Type.Object({
   DOCUMENTS_PER_WORKSPACE: Type.Optional(Int()),
   RUNS_PER_WORKSPACE: Type.Optional(Int()),
   CHILD_RUNS_PER_WORKSPACE: Type.Optional(Int()),
+  RUN_STEPS: Type.Optional(Int()),
   MAX_JSON_BYTES: Type.Optional(Int()),
   ITERATION_MAX_ITEMS: Type.Optional(Int()),
   RATE_LIMIT_PER_SECOND: Type.Optional(Int()),
@@ -129,6 +130,12 @@ export interface Config {
    * processes together), and the document processes of one worker reading its documents.
    */
   perWorkspace: { runs: number; childRuns: number; documents: number; documentProcesses: number }
+  /**
+   * Steps of runs (a transition written, a child started, a claim) one process executes at once,
+   * shared between the workspaces that have steps to take (docs/workflows.md, "Fair shares between
+   * workspaces"): 1 embedded, 4 in server mode.
+   */
+  runSteps: number
   maxJsonBytes: number
   rateLimit: { perSecond: number; burst: number }
   shutdownTimeoutMs: number
@@ -253,6 +260,9 @@ export function loadConfig(source: Record<string, string | undefined> = process.
       // One process left for the others: a workspace's long documents never hold all of them.
       documentProcesses: int('DOCUMENT_PROCESSES_PER_WORKSPACE', Math.max(1, int('DOCUMENT_PROCESSES', 2, 1, 64) - 1), 1, 64),
     },
+    // Embedded, the database runs on the service's own thread: one step at a time keeps what another
+    // workspace's step waits behind to one step. A separate PostgreSQL works on several at once.
+    runSteps: int('RUN_STEPS', env.DATABASE_URL ? 4 : 1, 1, 1024),
     maxJsonBytes: int('MAX_JSON_BYTES', 1_048_576, 1),
     // 50 requests/s sustained with bursts of 100 per API key: generous for an integration, tight
     // enough that one runaway client cannot starve the 2-core default deployment.

@@ -14,6 +14,7 @@ import { runDefinition, type NodeProgress, type RunContext, type RunEvent } from
 import * as runs from '../store/runs'
 import { getWorkflowVersion } from '../store/workflows'
 import { LeaseWorker } from './lease-worker'
+import { FairGate } from '../lib/fair-gate'
 import type { TimerHandler } from './timers'
 import { contextFrom, contextWith, failSpan, markError, runIn, startSpan, tracingOn, type Context, type Span } from '../lib/tracing'
 
@@ -40,9 +41,12 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
   private unsubscribe: (() => Promise<void>) | null = null
   private checking = false
   private recheck = false
+  /** The steps of this worker's runs (a transition written, a child started or read, a claim): RUN_STEPS slots, workspaces taking turns. */
+  readonly steps: FairGate
 
   constructor(private readonly deps: Deps) {
     super(deps.db.sql, { what: 'run worker', table: runs.runLeases, definition: runDefinition, leaseMs: RUN_LEASE_MS, max: MAX_RUNS, perWorkspace: deps.config.perWorkspace.runs, idleMs: IDLE_POLL_MS }, deps.log)
+    this.steps = new FairGate(deps.config.runSteps)
   }
 
   override start() {
@@ -109,12 +113,16 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
    * timer (Redis lost it, or it fired in a process that died before unparking them): the timers make
    * waits end on time, this makes them end whatever happens to the timers.
    */
-  protected override async step(): Promise<boolean> {
-    if (Date.now() - this.swept >= SWEEP_MS) {
-      this.swept = Date.now()
-      await runs.unparkDue(this.deps.db.sql)
-    }
-    return super.step()
+  protected override step(): Promise<boolean> {
+    // A step of the worker's own, taking its turn with the runs' steps (the claim decides which runs
+    // this process works on; the gate, how their steps share it).
+    return this.steps.run(null, async () => {
+      if (Date.now() - this.swept >= SWEEP_MS) {
+        this.swept = Date.now()
+        await runs.unparkDue(this.deps.db.sql)
+      }
+      return super.step()
+    })
   }
 
   /**
@@ -174,7 +182,8 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
     const byId = new Map(graph.nodes.map((n) => [n.id, n]))
     const inFlight = new Map<string, Promise<void>>()
     let chain: Promise<unknown> = Promise.resolve()
-    const children = childPort(this.deps, run, (wait) => this.idling(wait))
+    const step = <T>(work: () => Promise<T>) => this.steps.run(run.workspace_id, work)
+    const children = childPort(this.deps, run, (wait) => this.idling(wait), step)
 
     const track = (id: string, work: () => Promise<void>) => {
       const p = work()
@@ -211,7 +220,7 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
 
     /** One transition: what happened (`head`), then the nodes it settles skipped and those it makes ready started. */
     const transit: Transit = (head) => {
-      const p = chain.then(async () => {
+      const p = chain.then(() => step(async () => {
         for (let tries = 0; ; tries++) {
           const h = head()
           const log = [...h.log]
@@ -245,7 +254,7 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
           } else for (const id of started) launch(id)
           return
         }
-      })
+      }))
       chain = p.catch(() => {})
       return p
     }

@@ -42,6 +42,7 @@ test('an empty environment gives the defaults of docs/deployment.md', () => {
     maxUploadBytes: 52_428_800,
     documentProcesses: 2,
     perWorkspace: { runs: 8, childRuns: 32, documents: 8, documentProcesses: 1 },
+    runSteps: 1,
     maxJsonBytes: 1_048_576,
     rateLimit: { perSecond: 50, burst: 100 },
     shutdownTimeoutMs: 10_000,
@@ -85,6 +86,10 @@ test('per-workspace shares: runs 8, child runs 32, documents 8, document process
   expect(loadConfig({ DOCUMENT_PROCESSES: '4' }).perWorkspace.documentProcesses).toBe(3)
   expect(loadConfig({ DOCUMENT_PROCESSES: '1' }).perWorkspace.documentProcesses).toBe(1)
   expect(loadConfig({ RUNS_PER_WORKSPACE: '4', CHILD_RUNS_PER_WORKSPACE: '8', DOCUMENTS_PER_WORKSPACE: '2', DOCUMENT_PROCESSES_PER_WORKSPACE: '2' }).perWorkspace).toEqual({ runs: 4, childRuns: 8, documents: 2, documentProcesses: 2 })
+  // One step of runs at a time on the embedded database (it shares the service's thread), four beside a PostgreSQL server.
+  expect(loadConfig({}).runSteps).toBe(1)
+  expect(loadConfig({ DATABASE_URL: 'postgres://db/x' }).runSteps).toBe(4)
+  expect(loadConfig({ RUN_STEPS: '16' }).runSteps).toBe(16)
   for (const v of ['RUNS_PER_WORKSPACE', 'CHILD_RUNS_PER_WORKSPACE', 'DOCUMENTS_PER_WORKSPACE', 'DOCUMENT_PROCESSES_PER_WORKSPACE']) {
     expect(() => loadConfig({ [v]: '0' })).toThrow(new RegExp(v))
   }

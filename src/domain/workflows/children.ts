@@ -22,7 +22,12 @@ const POLL_MS = 1000
  * starts only the missing ones. Each item runs exactly once. The parent's worker waits holding its
  * lease but not a place among the runs it works on (`idle`), so children can always be claimed.
  */
-export function childPort(deps: Deps, parent: runs.RunRow, idle: <T>(wait: Promise<T>) => Promise<T>): ChildPort {
+export function childPort(
+  deps: Deps,
+  parent: runs.RunRow,
+  idle: <T>(wait: Promise<T>) => Promise<T>,
+  step: <T>(work: () => Promise<T>) => Promise<T> = (work) => work(),
+): ChildPort {
   return {
     async run(node, workflowId, inputs, opts, signal) {
       const wf = await findWorkflow(deps.db.sql, workflowId)
@@ -73,12 +78,12 @@ export function childPort(deps: Deps, parent: runs.RunRow, idle: <T>(wait: Promi
             return ends
           }
           let added = false
-          const limit = running.size < opts.concurrency && next < inputs.length ? await childLimit(deps, parent.workspace_id, running.size, opts.concurrency) : 0
+          const limit = running.size < opts.concurrency && next < inputs.length ? await step(() => childLimit(deps, parent.workspace_id, running.size, opts.concurrency)) : 0
           while (running.size < limit && next < inputs.length) {
             if (signal.aborted) throw abortedError()
             const i = next++
             if (started.has(i) || !valid[i]) continue
-            const child = await startChild(deps, parent, node, wf, valid[i]!, indexed ? i : null)
+            const child = await step(() => startChild(deps, parent, node, wf, valid[i]!, indexed ? i : null))
             // The parent is no longer running (a cancel committed): no child is started after it.
             if (!child) throw abortedError()
             started.add(i)
@@ -101,7 +106,7 @@ export function childPort(deps: Deps, parent: runs.RunRow, idle: <T>(wait: Promi
               signal.addEventListener('abort', done, { once: true })
             }),
           )
-          failed = settle(await runs.childRuns(deps.db.sql, parent.id, node.id, [...running.keys()])) ?? failed
+          failed = settle(await step(() => runs.childRuns(deps.db.sql, parent.id, node.id, [...running.keys()]))) ?? failed
         }
       } finally {
         await unsubscribe()

@@ -1,0 +1,101 @@
+/**
+ * Slots shared fairly between keys (workspaces): at most `slots` pieces of work at once, and no key
+ * more than its share while several keys have work (`slots` divided by the keys with pieces in flight
+ * or waiting, at least one each). Which waiting piece goes next is start-time fair queuing, every
+ * piece counted alike: a piece is tagged, when it arrives, with the later of the gate's virtual time
+ * (the tag of the last piece let in) and the tag after its key's previous piece, and the smallest tag
+ * goes first (the earliest to arrive among equals). A key that queues a thousand pieces tags them one
+ * after another, so a key with one piece arriving later is tagged before all but the first of them:
+ * it waits for the pieces in flight, not for the thousand (docs/workflows.md, "Fair shares between
+ * workspaces").
+ *
+ * The `null` key is the owner's own housekeeping (a worker's claim): queued like a key but not
+ * counted among the keys sharing the slots.
+ *
+ * Pieces must not wait on other pieces of the same gate while holding a slot: with one slot that
+ * would never end.
+ */
+export class FairGate {
+  private busy = 0
+  /** Pieces in flight by key. */
+  private readonly running = new Map<string | null, number>()
+  /** Pieces waiting by key, each queue in arrival order (so in tag order). */
+  private readonly waiting = new Map<string | null, Waiting[]>()
+  /** The tag after each key's last piece (kept only while it is ahead of `virtual`). */
+  private readonly next = new Map<string | null, number>()
+  /** The tag of the last piece let in. */
+  private virtual = 0
+  private arrivals = 0
+
+  constructor(readonly slots: number) {
+    if (!Number.isInteger(slots) || slots < 1) throw new Error(`a gate needs at least one slot, not ${slots}`)
+  }
+
+  /** Pieces waiting for a slot now, every key together. */
+  get queued(): number {
+    let n = 0
+    for (const q of this.waiting.values()) n += q.length
+    return n
+  }
+
+  /** Runs `work` once a slot is free and it is `key`'s turn; the slot is given back however it ends. */
+  async run<T>(key: string | null, work: () => Promise<T>): Promise<T> {
+    const tag = Math.max(this.virtual, this.next.get(key) ?? 0)
+    this.next.set(key, tag + 1)
+    await new Promise<void>((resolve) => {
+      const piece = { tag, arrival: this.arrivals++, resolve }
+      const q = this.waiting.get(key)
+      if (q) q.push(piece)
+      else this.waiting.set(key, [piece])
+      this.admit()
+    })
+    try {
+      return await work()
+    } finally {
+      this.busy--
+      const n = this.running.get(key)! - 1
+      if (n === 0) this.running.delete(key)
+      else this.running.set(key, n)
+      if (n === 0 && !this.waiting.has(key) && (this.next.get(key) ?? 0) <= this.virtual) this.next.delete(key)
+      this.admit()
+    }
+  }
+
+  /** What one key may have in flight now: the slots divided by the keys with work, `key` counted. */
+  private share(key: string | null): number {
+    if (key === null) return this.slots
+    const keys = new Set([...this.running.keys(), ...this.waiting.keys(), key])
+    keys.delete(null)
+    return Math.max(1, Math.floor(this.slots / keys.size))
+  }
+
+  private take(key: string | null, tag: number) {
+    this.busy++
+    this.running.set(key, (this.running.get(key) ?? 0) + 1)
+    this.virtual = Math.max(this.virtual, tag)
+  }
+
+  /** Slots are free: the waiting piece with the smallest tag among keys under their share goes, until none is left or the slots are full. */
+  private admit() {
+    while (this.busy < this.slots) {
+      let best: { key: string | null; piece: Waiting } | null = null
+      for (const [key, q] of this.waiting) {
+        const head = q[0]!
+        if ((this.running.get(key) ?? 0) >= this.share(key)) continue
+        if (!best || head.tag < best.piece.tag || (head.tag === best.piece.tag && head.arrival < best.piece.arrival)) best = { key, piece: head }
+      }
+      if (!best) return
+      const q = this.waiting.get(best.key)!
+      q.shift()
+      if (q.length === 0) this.waiting.delete(best.key)
+      this.take(best.key, best.piece.tag)
+      best.piece.resolve()
+    }
+  }
+}
+
+interface Waiting {
+  tag: number
+  arrival: number
+  resolve: () => void
+}
