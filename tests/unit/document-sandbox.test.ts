@@ -33,6 +33,25 @@ describe('DocumentSandbox', () => {
     }
   }, 60_000)
 
+  test('while every started process reads, the next one is started ahead: a document coming then does not wait for a process to start', async () => {
+    const sandbox = new DocumentSandbox(DEFAULT_SANDBOX_LIMITS, 3)
+    try {
+      expect(sandbox.alive).toBe(0)
+      let release: () => void = () => {}
+      const held = new Promise<void>((resolve) => (release = resolve))
+      const a = sandbox.process('md', async () => (await held, bytes(TEXT)), DEFAULT_CHUNKING)
+      // The first document's process, and one more started ahead; not the third.
+      expect(sandbox.alive).toBe(2)
+      release()
+      expect((await a).length).toBeGreaterThan(0)
+      // One is free now: nothing more is started ahead.
+      expect(sandbox.alive).toBe(2)
+    } finally {
+      await sandbox.close()
+    }
+    expect(sandbox.alive).toBe(0)
+  }, 60_000)
+
   test('one process reads documents in turn: the second is not handed over while the first waits for its bytes', async () => {
     const sandbox = new DocumentSandbox(DEFAULT_SANDBOX_LIMITS, 1)
     try {

@@ -194,14 +194,18 @@ export class DocumentSandbox {
 
   /** Hands waiting documents to the free processes, by turns. */
   private dispatch() {
+    let handed = false
     for (const p of this.processes) {
       if (p.waiting > 0) continue
       const next = this.next()
-      if (next < 0) return
+      if (next < 0) break
       const [w] = this.queue.splice(next, 1)
       this.reading.set(w!.workspace, (this.reading.get(w!.workspace) ?? 0) + 1)
       if (this.served.size > 10_000) this.served.clear()
       this.served.set(w!.workspace, ++this.turns)
+      // Its child starts while the document's bytes load.
+      p.warm()
+      handed = true
       void w!.start(p).finally(() => {
         const n = (this.reading.get(w!.workspace) ?? 1) - 1
         if (n > 0) this.reading.set(w!.workspace, n)
@@ -209,6 +213,18 @@ export class DocumentSandbox {
         this.dispatch()
       })
     }
+    // Only when a document was handed over: a document ending (or the sandbox closing) starts nothing.
+    if (handed) this.spare()
+  }
+
+  /**
+   * When every started process is reading, the next one is started ahead (it stops again after the
+   * idle time like any other): a document arriving then, another workspace's most of all, is not the
+   * one that waits for a process to load its parsers.
+   */
+  private spare() {
+    const free = this.processes.filter((p) => p.waiting === 0)
+    if (!free.some((p) => p.alive)) free[0]?.warm()
   }
 
   /** The index in the queue of the document to read next, or -1 (none waits, or every waiting workspace has its share). */
@@ -230,6 +246,11 @@ export class DocumentSandbox {
   /** The pid of a process reading a document (else of one started), while one runs (for measurements and tests). */
   get pid(): number | null {
     return (this.processes.find((p) => p.busy && p.pid !== null) ?? this.processes.find((p) => p.pid !== null))?.pid ?? null
+  }
+
+  /** Processes whose child runs now (reading, started ahead, or idle until its idle time ends). */
+  get alive(): number {
+    return this.processes.filter((p) => p.alive).length
   }
 
   /** Stops every process, failing the documents at hand with SandboxAborted; later documents start others. */
@@ -265,6 +286,18 @@ class SandboxProcess {
     const run = this.queue.then(async () => this.run(type, await load(), settings, signal, embed, begin))
     this.queue = run.catch(() => undefined)
     return run.finally(() => this.waiting--)
+  }
+
+  /** Whether the child runs (started or starting). */
+  get alive(): boolean {
+    return this.child !== null
+  }
+
+  /** Starts the child before a document needs it; it stops after the idle time if none comes. */
+  warm(): void {
+    if (this.child) return
+    this.spawn()
+    this.idle = setTimeout(() => void this.stopChild(null), IDLE_MS).unref()
   }
 
   /** Whether a document is being read now. */
