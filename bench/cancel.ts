@@ -17,7 +17,7 @@
  * server when DATABASE_URL and REDIS_URL are set).
  */
 import { join } from 'node:path'
-import { freePort, killAll, log, machine, randomBase62, removeDir, sourceVersion, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
+import { createDatabase, dropDatabase, freePort, jsonApi, killAll, log, machine, median, randomBase62, removeDir, sourceVersion, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
 
 const ROUNDS = Number(process.env.ROUNDS ?? 3)
 const OUTER = Number(process.env.OUTER ?? 100)
@@ -28,37 +28,8 @@ const LOADED = Number(process.env.LOADED ?? 300)
 const work = tempDir('bench-cancel-')
 whenInterrupted(() => removeDir(work))
 const ROOT_KEY = `ap_bench${randomBase62(36)}`
-const headers = { authorization: `Bearer ${ROOT_KEY}`, 'content-type': 'application/json' }
+const api = jsonApi({ authorization: `Bearer ${ROOT_KEY}` })
 const serverMode = process.env.DATABASE_URL && process.env.REDIS_URL ? { db: process.env.DATABASE_URL, redis: process.env.REDIS_URL } : null
-
-async function api(base: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
-  const res = await fetch(`${base}${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) })
-  return { status: res.status, body: await res.json() }
-}
-
-const median = (xs: number[]) => {
-  const v = [...xs].sort((a, b) => a - b)
-  return v.length % 2 ? v[v.length >> 1]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2
-}
-
-async function freshDatabase(i: number): Promise<string> {
-  const { default: postgres } = await import('postgres')
-  const admin = postgres(serverMode!.db, { max: 1, onnotice: () => {} })
-  const name = `bench_cancel_${process.pid}_${i}`
-  await admin.unsafe(`drop database if exists ${name}`)
-  await admin.unsafe(`create database ${name}`)
-  await admin.end()
-  const url = new URL(serverMode!.db)
-  url.pathname = `/${name}`
-  return url.toString()
-}
-
-async function dropDatabase(url: string) {
-  const { default: postgres } = await import('postgres')
-  const admin = postgres(serverMode!.db, { max: 1, onnotice: () => {} })
-  await admin.unsafe(`drop database if exists ${new URL(url).pathname.slice(1)} with (force)`)
-  await admin.end()
-}
 
 /** The loopback server the leaves call: answers after HOLD_MS; counts what it holds, answers and sees aborted. */
 function holder() {
@@ -87,7 +58,7 @@ function holder() {
 async function countRuns(base: string, query: string): Promise<number> {
   let n = 0
   for (let cursor: string | null = ''; cursor !== null; ) {
-    const page = await api(base, 'GET', `/v1/runs?limit=100&${query}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`)
+    const page: { status: number; body: any } = await api(base, 'GET', `/v1/runs?limit=100&${query}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`)
     if (page.status !== 200) throw new Error(`listing runs: ${page.status} ${JSON.stringify(page.body)}`)
     n += page.body.data.length
     cursor = page.body.next_cursor
@@ -98,7 +69,7 @@ async function countRuns(base: string, query: string): Promise<number> {
 async function round(i: number, mode: 'embedded' | 'server') {
   const hold = holder()
   const dataDir = join(work, `data-${mode}-${i}`)
-  const databaseUrl = mode === 'server' ? await freshDatabase(i) : ''
+  const databaseUrl = mode === 'server' ? await createDatabase(serverMode!.db, `bench_cancel_${process.pid}_${i}`) : ''
   const port = freePort()
   const service = await startServer({
     cmd: ['bun', 'run', 'src/main.ts'],
@@ -173,7 +144,7 @@ async function round(i: number, mode: 'embedded' | 'server') {
     await service.stop()
     hold.stop()
     removeDir(dataDir)
-    if (databaseUrl) await dropDatabase(databaseUrl)
+    if (databaseUrl) await dropDatabase(serverMode!.db, databaseUrl)
   }
 }
 

@@ -18,7 +18,7 @@
  * IDLE_S (10).
  */
 import { join } from 'node:path'
-import { freePort, killAll, log, machine, processCpuMs, randomBase62, removeDir, share, sourceVersion, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
+import { freePort, killAll, log, machine, median, processCpuMs, randomBase62, removeDir, share, sourceVersion, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
 
 const ROUNDS = Number(process.env.ROUNDS ?? 3)
 const ITEMS = Number(process.env.ITEMS ?? 1000)
@@ -37,10 +37,6 @@ async function api(base: string, method: string, path: string, body?: unknown): 
   return { status: res.status, body: await res.json() }
 }
 
-const median = (xs: number[]) => {
-  const v = [...xs].sort((a, b) => a - b)
-  return v.length % 2 ? v[v.length >> 1]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2
-}
 
 function rssKb(pid: number): number {
   const status = require('node:fs').readFileSync(`/proc/${pid}/status`, 'utf8') as string

@@ -17,7 +17,7 @@
  * measure it the same way).
  */
 import { join } from 'node:path'
-import { freePort, killAll, log, machine, percentile, randomBase62, removeDir, sourceVersion, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row, type Server } from './lib'
+import { createDatabase, dropDatabase, freePort, jsonApi, killAll, log, machine, median, percentile, randomBase62, removeDir, sourceVersion, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row, type Server } from './lib'
 
 const RUNS = Number(process.env.RUNS ?? 60)
 const DOCS = Number(process.env.DOCS ?? 3)
@@ -29,6 +29,7 @@ const work = tempDir('bench-fairness-')
 whenInterrupted(() => removeDir(work))
 const ROOT_KEY = `ap_bench${randomBase62(36)}`
 const headers = { authorization: `Bearer ${ROOT_KEY}` }
+const api = jsonApi(headers)
 const serverMode = process.env.DATABASE_URL && process.env.REDIS_URL ? { db: process.env.DATABASE_URL, redis: process.env.REDIS_URL } : null
 
 /** 66 bytes of Markdown: B's document. */
@@ -39,11 +40,6 @@ const SMALL = '# Note\n\nA short note about the weather in the valley this morni
  */
 const HEAVY = `${'a\n'.repeat(200_000)}=\n`
 
-async function api(base: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
-  const res = await fetch(`${base}${path}`, { method, headers: { ...headers, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) })
-  return { status: res.status, body: await res.json() }
-}
-
 async function upload(base: string, kbId: string, name: string, text: string): Promise<string> {
   const form = new FormData()
   form.append('file', new Blob([text]), name)
@@ -53,37 +49,15 @@ async function upload(base: string, kbId: string, name: string, text: string): P
   return body.document_id
 }
 
-const median = (xs: number[]) => {
-  const v = [...xs].sort((a, b) => a - b)
-  return v.length % 2 ? v[v.length >> 1]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2
-}
 const p50 = (xs: number[]) => percentile(Float64Array.from(xs).sort(), 50)
 const p90 = (xs: number[]) => percentile(Float64Array.from(xs).sort(), 90)
-
-async function freshDatabase(): Promise<string> {
-  const { default: postgres } = await import('postgres')
-  const admin = postgres(serverMode!.db, { max: 1, onnotice: () => {} })
-  const name = `bench_fairness_${Date.now()}`
-  await admin.unsafe(`create database ${name}`)
-  await admin.end()
-  const url = new URL(serverMode!.db)
-  url.pathname = `/${name}`
-  return url.toString()
-}
-
-async function dropDatabase(url: string) {
-  const { default: postgres } = await import('postgres')
-  const admin = postgres(serverMode!.db, { max: 1, onnotice: () => {} })
-  await admin.unsafe(`drop database if exists ${new URL(url).pathname.slice(1)} with (force)`)
-  await admin.end()
-}
 
 async function main() {
   const source = SERVICE_MAIN === 'src/main.ts' ? sourceVersion() : null
   const mode = serverMode ? 'server' : 'embedded'
   log(`bench:fairness (${mode}): ${SERVICE_MAIN}${source ? ` at ${source.commit}${source.src_dirty ? ' (src/ modified)' : ''}` : ''}; ${RUNS} runs, ${DOCS} documents, fan-out ${FANOUT} × ${FANOUT}`)
   const port = freePort()
-  const databaseUrl = serverMode ? await freshDatabase() : ''
+  const databaseUrl = serverMode ? await createDatabase(serverMode.db, `bench_fairness_${process.pid}`) : ''
   let service: Server | null = null
   try {
     service = await startServer({
@@ -266,7 +240,7 @@ async function main() {
     console.log(JSON.stringify(summary, null, 2))
   } finally {
     await service?.stop()
-    if (databaseUrl) await dropDatabase(databaseUrl).catch(() => {})
+    if (databaseUrl) await dropDatabase(serverMode!.db, databaseUrl).catch(() => {})
   }
 }
 

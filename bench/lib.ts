@@ -244,6 +244,46 @@ function luaString(s: string): string {
   return JSON.stringify(s) // a JSON string of printable ASCII is a valid Lua string literal
 }
 
+/** The median of `xs` (any order; the mean of the two middle values when there are two; NaN when empty). */
+export function median(xs: number[]): number {
+  const v = [...xs].sort((a, b) => a - b)
+  return v.length === 0 ? NaN : v.length % 2 ? v[v.length >> 1]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2
+}
+
+/** A JSON API caller with these headers: each call's status and parsed body. */
+export function jsonApi(headers: Record<string, string>) {
+  return async <T = any>(base: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: T }> => {
+    const res = await fetch(`${base}${path}`, { method, headers: { 'content-type': 'application/json', ...headers }, body: body === undefined ? undefined : JSON.stringify(body) })
+    return { status: res.status, body: (await res.json()) as T }
+  }
+}
+
+/** A new, empty database `name` on the server of `adminUrl` (dropped first if a killed run left it); its URL. */
+export async function createDatabase(adminUrl: string, name: string): Promise<string> {
+  const { default: postgres } = await import('postgres')
+  const admin = postgres(adminUrl, { max: 1, onnotice: () => {} })
+  try {
+    await admin.unsafe(`drop database if exists "${name}" with (force)`)
+    await admin.unsafe(`create database "${name}"`)
+  } finally {
+    await admin.end()
+  }
+  const url = new URL(adminUrl)
+  url.pathname = `/${name}`
+  return url.toString()
+}
+
+/** Drops the database of `url` (made by createDatabase), connections and all. */
+export async function dropDatabase(adminUrl: string, url: string): Promise<void> {
+  const { default: postgres } = await import('postgres')
+  const admin = postgres(adminUrl, { max: 1, onnotice: () => {} })
+  try {
+    await admin.unsafe(`drop database if exists "${new URL(url).pathname.slice(1)}" with (force)`)
+  } finally {
+    await admin.end()
+  }
+}
+
 /** Percentile of an ascending array (nearest rank). */
 export function percentile(sorted: ArrayLike<number>, p: number): number {
   if (sorted.length === 0) return NaN

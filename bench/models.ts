@@ -24,7 +24,7 @@
  */
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { EMBEDDED_ENV, freePort, log, machine, machineCpuMs, percentile, processCpuMs, randomBase62, removeDir, run, sourceVersion, startFakeProvider, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
+import { EMBEDDED_ENV, freePort, log, machine, machineCpuMs, median, percentile, processCpuMs, randomBase62, removeDir, run, sourceVersion, startFakeProvider, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row } from './lib'
 
 const TTFT_REQUESTS = Number(process.env.MODELS_TTFT_REQUESTS ?? 500)
 const TTFT_WARMUP = Number(process.env.MODELS_TTFT_WARMUP ?? 300)
@@ -126,10 +126,6 @@ function call(path: Path, model: Model): Promise<Streamed> {
 }
 
 const round3 = (n: number) => Math.round(n * 1000) / 1000
-const median = (xs: number[]) => {
-  const v = [...xs].sort((a, b) => a - b)
-  return v.length % 2 ? v[v.length >> 1]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2
-}
 const summary = (xs: number[]) => {
   const v = [...xs].sort((a, b) => a - b)
   return { n: v.length, p50: round3(percentile(v, 50)), p90: round3(percentile(v, 90)), p99: round3(percentile(v, 99)), max: round3(v[v.length - 1]!) }

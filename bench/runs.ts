@@ -25,7 +25,7 @@
  * profiles are written when it stops).
  */
 import { join } from 'node:path'
-import { freePort, killAll, log, machine, machineCpuMs, percentile, processCpuMs, randomBase62, removeDir, run, sourceVersion, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row, type Server } from './lib'
+import { freePort, killAll, log, machine, machineCpuMs, median, percentile, processCpuMs, randomBase62, removeDir, run, sourceVersion, startServer, tempDir, verdict, whenInterrupted, writeResults, type Row, type Server } from './lib'
 
 const ROUNDS = Number(process.env.ROUNDS ?? 3)
 const RUNS = Number(process.env.RUNS_ASYNC ?? 1000)
@@ -134,10 +134,6 @@ async function setup(base: string): Promise<Setup> {
 }
 
 const round3 = (n: number) => Math.round(n * 1000) / 1000
-const median = (xs: number[]) => {
-  const v = [...xs].sort((a, b) => a - b)
-  return v.length % 2 ? v[v.length >> 1]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2
-}
 function stats(xs: number[]) {
   const v = Float64Array.from(xs).sort()
   return { n: v.length, p50: round3(percentile(v, 50)), p90: round3(percentile(v, 90)), p99: round3(percentile(v, 99)), max: round3(v[v.length - 1]!) }

@@ -16,10 +16,7 @@
  */
 import { join } from 'node:path'
 import { writeFileSync } from 'node:fs'
-import {
-  EMBEDDED_ENV, freePort, killAll, log, machine, measureOnce, percentile, processCpuMs, randomBase62, removeDir, sourceVersion, startFakeProvider, startServer,
-  tempDir, verdict, whenInterrupted, writeResults, type Round, type Row, type Server,
-} from './lib'
+import { EMBEDDED_ENV, freePort, killAll, log, machine, measureOnce, median, percentile, processCpuMs, randomBase62, removeDir, sourceVersion, startFakeProvider, startServer, tempDir, verdict, whenInterrupted, writeResults, type Round, type Row, type Server } from './lib'
 
 const ROUNDS = Number(process.env.ROUNDS ?? 3)
 const GET_SECONDS = Number(process.env.GET_SECONDS ?? 8)
@@ -134,10 +131,6 @@ async function firstTokens(base: string, workspaceId: string, n: number): Promis
   return out
 }
 
-const median = (xs: number[]) => {
-  const v = [...xs].sort((a, b) => a - b)
-  return v.length % 2 ? v[v.length >> 1]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2
-}
 const r2 = (n: number) => Math.round(n * 100) / 100
 
 interface Figures { getRps: number; getCpuUs: number; get: Round; runsPerSecond: number; runCpuUs: number; firstTokenP50: number; firstTokenP99: number }
