@@ -21,7 +21,7 @@ export class FairGate {
   private readonly running = new Map<string | null, number>()
   /** Pieces waiting by key, each queue in arrival order (so in tag order). */
   private readonly waiting = new Map<string | null, Waiting[]>()
-  /** The tag after each key's last piece (kept only while it is ahead of `virtual`). */
+  /** The tag after each key's last piece, while the key has pieces waiting or in flight. */
   private readonly next = new Map<string | null, number>()
   /** The tag of the last piece let in. */
   private virtual = 0
@@ -56,17 +56,23 @@ export class FairGate {
       const n = this.running.get(key)! - 1
       if (n === 0) this.running.delete(key)
       else this.running.set(key, n)
-      if (n === 0 && !this.waiting.has(key) && (this.next.get(key) ?? 0) <= this.virtual) this.next.delete(key)
+      // A key with nothing left owes nothing: its next piece is tagged like a new key's (the map
+      // holds only the keys with work, however many workspaces a process serves).
+      if (n === 0 && !this.waiting.has(key)) this.next.delete(key)
       this.admit()
     }
   }
 
-  /** What one key may have in flight now: the slots divided by the keys with work, `key` counted. */
-  private share(key: string | null): number {
-    if (key === null) return this.slots
-    const keys = new Set([...this.running.keys(), ...this.waiting.keys(), key])
-    keys.delete(null)
-    return Math.max(1, Math.floor(this.slots / keys.size))
+  /** What one key may have in flight while `keys` keys (housekeeping not counted) have work: its part of the slots, at least one. */
+  private share(keys: number): number {
+    return Math.max(1, Math.floor(this.slots / Math.max(1, keys)))
+  }
+
+  /** The keys with pieces waiting or in flight, housekeeping not counted. */
+  private keysWithWork(): number {
+    let n = this.running.size
+    for (const key of this.waiting.keys()) if (!this.running.has(key)) n++
+    return this.running.has(null) || this.waiting.has(null) ? n - 1 : n
   }
 
   private take(key: string | null, tag: number) {
@@ -78,10 +84,11 @@ export class FairGate {
   /** Slots are free: the waiting piece with the smallest tag among keys under their share goes, until none is left or the slots are full. */
   private admit() {
     while (this.busy < this.slots) {
+      const share = this.share(this.keysWithWork())
       let best: { key: string | null; piece: Waiting } | null = null
       for (const [key, q] of this.waiting) {
         const head = q[0]!
-        if ((this.running.get(key) ?? 0) >= this.share(key)) continue
+        if (key !== null && (this.running.get(key) ?? 0) >= share) continue
         if (!best || head.tag < best.piece.tag || (head.tag === best.piece.tag && head.arrival < best.piece.arrival)) best = { key, piece: head }
       }
       if (!best) return

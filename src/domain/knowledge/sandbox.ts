@@ -293,10 +293,17 @@ class SandboxProcess {
     return this.child !== null
   }
 
-  /** Starts the child before a document needs it; it stops after the idle time if none comes. */
+  /**
+   * Starts the child before a document needs it; it stops after the idle time if none comes. A start
+   * that fails here is left to the document's own start, which fails the document with the reason.
+   */
   warm(): void {
     if (this.child) return
-    this.spawn()
+    try {
+      this.spawn()
+    } catch {
+      return
+    }
     this.idle = setTimeout(() => void this.stopChild(null), IDLE_MS).unref()
   }
 
