@@ -249,8 +249,15 @@ describe.skipIf(!hasChromium)('console (Chromium)', () => {
     const states = page.locator('table', { has: page.locator('caption', { hasText: 'Node states' }) })
     expect(await states.locator('tbody tr', { hasText: 'approve' }).textContent()).toContain('waiting')
     expect(await states.locator('tbody tr', { hasText: 'end' }).last().textContent()).toContain('pending')
-    // Deeper nodes sit further right: start → approve → end.
-    const xs = await Promise.all(['start', 'approve', 'end'].map(async (n) => (await svg.locator(`g.gnode[data-node="${n}"]`).boundingBox())!.x))
+    // Deeper nodes sit further right: start → approve → end. A box is null while the page redraws the
+    // graph (it follows the run), so the three are read again until all three are laid out.
+    let xs: number[] = []
+    await waitFor(async () => {
+      const boxes = await Promise.all(['start', 'approve', 'end'].map((n) => svg.locator(`g.gnode[data-node="${n}"]`).boundingBox()))
+      if (boxes.some((b) => b === null)) return false
+      xs = boxes.map((b) => b!.x)
+      return true
+    }, { what: 'the run graph\'s three nodes to be laid out' })
     expect(xs[0]! < xs[1]! && xs[1]! < xs[2]!).toBe(true)
 
     // The form from the node's schema: a checkbox for the required boolean, a text field for the string.
