@@ -42,7 +42,7 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
   private checking = false
   private recheck = false
   /** The steps of this worker's runs (a transition written, a child started or read, a claim): RUN_STEPS slots, workspaces taking turns. */
-  readonly steps: FairGate
+  private readonly steps: FairGate
 
   constructor(private readonly deps: Deps) {
     super(deps.db.sql, { what: 'run worker', table: runs.runLeases, definition: runDefinition, leaseMs: RUN_LEASE_MS, max: MAX_RUNS, perWorkspace: deps.config.perWorkspace.runs, idleMs: IDLE_POLL_MS }, deps.log)

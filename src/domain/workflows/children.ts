@@ -26,7 +26,8 @@ export function childPort(
   deps: Deps,
   parent: runs.RunRow,
   idle: <T>(wait: Promise<T>) => Promise<T>,
-  step: <T>(work: () => Promise<T>) => Promise<T> = (work) => work(),
+  /** Runs one database step of the parent's (a child started, the children read again) in its workspace's turn. */
+  step: <T>(work: () => Promise<T>) => Promise<T>,
 ): ChildPort {
   return {
     async run(node, workflowId, inputs, opts, signal) {
