@@ -15,6 +15,9 @@ import { requireSecretKey, verifySecretKey } from './domain/secret-key'
 import { openEmbedded, openPostgres, type Database } from './store/db'
 import { openFileStore } from './store/files'
 import { migrate } from './store/migrate'
+import { endLeftLeases } from './store/leases'
+import { runLeases } from './store/runs'
+import { documentLeases } from './store/knowledge'
 import { templateDir } from './store/pglite-template'
 import { openRedis, type RedisPort } from './store/redis'
 import { IDEMPOTENCY_PREFIX, InFlightOwner } from './store/idempotency'
@@ -115,6 +118,13 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
   let accessCache: AccessCache | null = null
   try {
     await migrate(db.sql)
+    // An embedded data directory reopened: its lock was free, so whatever process held leases in it
+    // is gone (a crash; a clean stop gives them back). Its runs and documents are taken up at once
+    // rather than when their leases would have run out (docs/architecture.md, "Workers and leases").
+    if (!opts.db && db.kind === 'pglite' && db.startedFrom === 'existing') {
+      const [runs, documents] = [await endLeftLeases(db.sql, runLeases), await endLeftLeases(db.sql, documentLeases)]
+      if (runs + documents > 0) log.info({ runs, documents }, 'the previous holder of DATA_DIR stopped without giving its work back: its runs and documents are taken up now')
+    }
     // Without REDIS_URL, idempotency records are journaled in DATA_DIR: a replay must survive a restart.
     const redis = opts.redis ?? openRedis(config.redisUrl, 'ap:', { dir: join(config.dataDir, 'idempotency'), prefixes: [IDEMPOTENCY_PREFIX] })
     await redis.ping()

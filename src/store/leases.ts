@@ -129,3 +129,17 @@ export async function releaseAll(sql: Sql, t: LeaseTable, owner: string): Promis
     update ${sql(t.table)} set lease_owner = null, lease_until = null ${(t.onRelease ?? empty)(sql)}
     where lease_owner = ${owner} and ${claimableStates(sql, t)}`
 }
+
+/**
+ * Ends every lease still running on `t` (sets it to have run out), answering how many: for an embedded
+ * start, whose data directory's lock proves that the process that held them is gone (a crash), so its
+ * rows are claimable at once instead of when their leases would have run out. Never in server mode,
+ * where other live processes hold leases.
+ */
+export async function endLeftLeases(sql: Sql, t: LeaseTable): Promise<number> {
+  const rows = await sql`
+    update ${sql(t.table)} set lease_until = now() - interval '1 millisecond'
+    where lease_owner is not null and lease_until >= now() and ${claimableStates(sql, t)}
+    returning 1`
+  return rows.length
+}

@@ -143,6 +143,8 @@ describe('embedded: iteration, retry back-off and human input survive SIGKILL', 
 
     sp = boot()
     await sp.ready(30_000)
+    // The runs the dead process held are taken up at once: the data directory's lock proved it gone.
+    await sp.waitForOutput(/"runs":[1-9]\d*,"documents":0\b.*its runs and documents are taken up now/, 10_000)
     // The waiting run holds no lease: the restarted process takes its input at once.
     const given = await call('POST', `/v1/runs/${waitingRun}/input`, { node: 'ask', data: { ok: true } })
     expect(given.status).toBe(200)

@@ -15,7 +15,8 @@ setDefaultTimeout(TEST_TIMEOUT_MS)
  * A hostile document survives its process (docs/knowledge.md "Limits: the document process"): the
  * real service, embedded, is sent a 5 MB text on one line and SIGKILLed while its document process
  * reads it. The document process goes with it (no orphan); restarted on the same DATA_DIR, the
- * service claims the document once the dead one's lease has run out (15 s), reads it again and
+ * service ends the dead one's lease at its start (the data directory's lock proves it gone), claims
+ * the document at once, reads it again and
  * makes it ready, without any repair by hand. Before, such a text hung every process that claimed it.
  */
 

@@ -15,7 +15,7 @@ setDefaultTimeout(TEST_TIMEOUT_MS)
  * Unclean restarts do not make harmless documents poison (docs/knowledge.md, "Limits: the document
  * process"): the real service, embedded, holds three documents and is SIGKILLed three times in a row
  * while they wait for its document process, before any is read. Each restart claims all three in one
- * statement (the test boots it only once every lease has run out) and starts its document process for
+ * statement (its start ends the dead service's leases) and starts its document process for
  * the first; the kill comes as soon as that process exists. What counts towards poison_document is a
  * reading handed to the document process, so after the fourth boot every document is ready. Before,
  * every claim counted one, and the fourth claim failed all three as poison_document.
@@ -97,9 +97,9 @@ describe('embedded: SIGKILLed three times while its documents wait for their doc
     /** Per kill: the documents with their counts, read while the service is down. */
     const rounds: Row[][] = []
     for (let k = 1; k <= KILLS; k++) {
-      // Every lease run out, so that the next boot claims every document still waiting in one statement.
-      const expires = Math.max(0, ...last.map((r) => r.lease_until?.getTime() ?? 0))
-      await waitFor(() => Date.now() > expires + 200, { timeoutMs: 30_000, intervalMs: 200, what: 'the dead service\'s leases to run out' })
+      // Every document still waiting is held by the dead service: the next boot ends its leases at
+      // once (the data directory's lock proves it gone) and claims them in one statement.
+      expect(last.filter((r) => r.status !== 'ready' && r.status !== 'failed' && r.lease_owner === null)).toEqual([])
       await boot()
       const pid = sp.proc.pid
       // The document process exists: the claim took the documents, the first one's turn has come.

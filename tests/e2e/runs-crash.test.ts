@@ -15,7 +15,8 @@ setDefaultTimeout(TEST_TIMEOUT_MS)
 /**
  * Runs survive their process (docs/api.md, "Runs"): the real service as a subprocess.
  * (a) Embedded: SIGKILLed while an http_request node is in flight, restarted on the same DATA_DIR;
- *     the run resumes from its snapshot once the dead worker's lease expires, runs the node again,
+ *     the restarted service ends the dead one's lease (the data directory's lock proves it gone), and
+ *     the run resumes from its snapshot at once, runs the node again,
  *     and finishes exactly once (one `done`, one outbox event, one webhook delivery).
  * (b) Server mode: one API process and two worker-only processes on one Postgres and one Redis
  *     share 200 runs; each completes exactly once.
@@ -136,6 +137,7 @@ describe('embedded: a run survives SIGKILL mid-node', () => {
     await sp.ready(30_000)
     const restartedIn = Date.now() - killedAt
     expect((await apiCall(sp, rootKey, 'GET', `/v1/runs/${runId}`)).body.status).toBe('running')
+    await sp.waitForOutput(/"runs":1,"documents":0\b.*its runs and documents are taken up now/, 10_000)
     const run = await waitFor(
       async () => {
         const r = (await apiCall(sp, rootKey, 'GET', `/v1/runs/${runId}`)).body

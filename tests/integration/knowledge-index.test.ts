@@ -151,8 +151,14 @@ async function uploadReady(kb: string, docs: Record<string, string>, at: Site = 
   return ids
 }
 
-/** `count` chunks of random vectors appended to a ready document's searchable generation, straight into the table. */
+/**
+ * `count` chunks of random vectors appended to a ready document's searchable generation, straight into
+ * the table. Their size's graph is dropped first and built again after, with the product's own
+ * statement (rebuildVectorIndex): one bulk build is ~5 times faster than as many inserts into the graph
+ * (3 000 vectors of 384 dimensions in PGlite: ~20 s against ~100 s), and the index is the same.
+ */
 async function fill(kb: string, documentId: string, dims: number, count: number, sql = h.deps.db.sql) {
+  await sql.unsafe(`drop index if exists chunks_hnsw_${dims}_idx`)
   await sql`
     insert into chunks (id, knowledge_base_id, document_id, generation, position, content, tokens, metadata, dims, embedding)
     select 'chk_fill' || ${dims}::int || '_' || i, ${kb}, ${documentId}, d.live_generation, 1000 + i,
@@ -166,6 +172,7 @@ async function fill(kb: string, documentId: string, dims: number, count: number,
   // metadata (a chunk's metadata is its document's). Most filler chunks are "common": so is the
   // document, so that a filter on it counts as unselective there too.
   await sql`update documents set chunks_count = chunks_count + ${count}, metadata = ${sql.json({ tag: 'common' })} where id = ${documentId}`
+  await store.rebuildVectorIndex(sql, dims)
   await sql`analyze`
 }
 
@@ -203,8 +210,8 @@ describe('384 dimensions (local-embed)', () => {
     kb = await createBase({ name: 'Filler', retrieval: { mode: 'vector' } })
     const [doc] = await uploadReady(kb, { 'seed.txt': 'Lumora hubs pair with sensors over Thread.' })
     await fill(kb, doc!, 384, FILLER)
-    // Building the HNSW index of 3 000 384-dimension vectors is CPU-bound: ~100 s in PGlite on a
-    // quiet 2-core machine, 185 s beside two CPU burners. The limit only catches a hang.
+    // Building the HNSW index of 3 000 384-dimension vectors is CPU-bound: ~20 s in PGlite on a
+    // quiet 2-core machine, a few times that beside two CPU burners. The limit only catches a hang.
   }, 600_000)
 
   // The limits searches use: top_k 5 (the default), a hybrid list or a rerank pool (20), top_k 100;
