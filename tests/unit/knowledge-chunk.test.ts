@@ -342,10 +342,10 @@ describe('any settings in range terminate within the bound', () => {
     })
   }
 
-  test('500 random documents × random settings', () => {
+  test('250 random documents × random settings', () => {
     const problems: string[] = []
     let partitioned = 0
-    for (let run = 0; run < 500; run++) {
+    for (let run = 0; run < 250; run++) {
       const size = 32 + Math.floor(random() ** 2 * (4096 - 32))
       const overlap = random() < 0.3 ? 0 : Math.floor(random() * (size / 2))
       const separators = random() < 0.2 ? pick([[], ['\n'], [' ', ''], ['. ', '\n\n'], ['x']]) : undefined
@@ -360,7 +360,7 @@ describe('any settings in range terminate within the bound', () => {
       }
     }
     expect(problems).toEqual([])
-    expect(partitioned).toBeGreaterThan(100)
+    expect(partitioned).toBeGreaterThan(50)
   }, 60_000) // ~1-5 s of real chunking: the default 5 s time-out failed it on a busy machine
 
   test('hostile inputs at the extremes of the range finish quickly', () => {
