@@ -5,7 +5,7 @@ import { newId } from '../../src/lib/ids'
 import { advance, advanceMany, start, type Persisted } from '../../src/machines/runner'
 import { RUN_MACHINE_VERSION, runMachine, type RunContext, type RunEvent } from '../../src/machines/workflow-run.machine'
 import type { Database } from '../../src/store/db'
-import { claim, release } from '../../src/store/leases'
+import { claim, endLeftLeases, release } from '../../src/store/leases'
 import { findRun, insertRun, parkRun, runLeases, unparkDue, writeTransition, type RunRow } from '../../src/store/runs'
 import { insertWorkflow } from '../../src/store/workflows'
 import { insertWorkspace } from '../../src/store/workspaces'
@@ -80,6 +80,25 @@ describe('claiming runs (src/store/leases.ts with runLeases)', () => {
     expect((await claimRuns(db.sql, 'other', 60_000, 100)).map((r) => r.id)).not.toContain(run.id)
     expect(await unparkDue(db.sql)).toBeGreaterThanOrEqual(1)
     expect((await claimRuns(db.sql, 'other', 60_000, 100)).map((r) => r.id)).toContain(run.id)
+  })
+})
+
+describe('endLeftLeases (an embedded start after a crash)', () => {
+  test('ends the running leases of running runs, so that they are claimable at once; a finished run is left as it is', async () => {
+    const held = await claimedRun()
+    const done = await claimedRun()
+    await db.sql`update runs set status = 'completed' where id = ${done.id}`
+    expect((await claimRuns(db.sql, 'restarted', 60_000, 100)).map((r) => r.id)).not.toContain(held.id)
+    const [{ n }] = (await db.sql<{ n: number }[]>`select count(*)::int as n from runs where status = 'running' and lease_until > now()`) as unknown as [{ n: number }]
+    expect(n).toBeGreaterThanOrEqual(1)
+    expect(await endLeftLeases(db.sql, runLeases)).toBe(n)
+    // Its owner kept (it names who held it), its lease over: the next claim takes it.
+    const row = (await findRun(db.sql, held.id))!
+    expect(row.lease_owner).toBe(owner)
+    expect(row.lease_until!.getTime()).toBeLessThanOrEqual(Date.now())
+    expect((await findRun(db.sql, done.id))!.lease_until!.getTime()).toBeGreaterThan(Date.now() + 50_000)
+    expect(await endLeftLeases(db.sql, runLeases)).toBe(0)
+    expect((await claimRuns(db.sql, 'restarted', 60_000, 100)).map((r) => r.id)).toContain(held.id)
   })
 })
 
