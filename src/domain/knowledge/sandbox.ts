@@ -304,6 +304,11 @@ class SandboxProcess {
     } catch {
       return
     }
+    this.stopWhenIdle()
+  }
+
+  /** Stops the child once it has had nothing to read for IDLE_MS. */
+  private stopWhenIdle(): void {
     this.idle = setTimeout(() => void this.stopChild(null), IDLE_MS).unref()
   }
 
@@ -364,7 +369,7 @@ class SandboxProcess {
       clearInterval(poll)
       signal?.removeEventListener('abort', onAbort)
       this.pending = null
-      if (this.child) this.idle = setTimeout(() => void this.stopChild(null), IDLE_MS).unref()
+      if (this.child) this.stopWhenIdle()
     }
   }
 
