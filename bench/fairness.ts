@@ -13,7 +13,8 @@
  *       a document process busy for its whole 60 s limit)   target: loaded ≤ 2 × unloaded
  *
  * Environment: RUNS (60), DOCS (3), FANOUT (100: items at each level), PARTS (`runs,documents`: the
- * parts measured), BENCH_SERVICE_MAIN (another src/main.ts, e.g. an older commit's checkout, to
+ * parts measured), SPLIT (server mode only: `1` runs the API and the workers as two processes,
+ * `bun run api` beside `bun run worker`, as docs/deployment.md lays a deployment out), BENCH_SERVICE_MAIN (another src/main.ts, e.g. an older commit's checkout, to
  * measure it the same way).
  */
 import { join } from 'node:path'
@@ -31,6 +32,8 @@ const ROOT_KEY = `ap_bench${randomBase62(36)}`
 const headers = { authorization: `Bearer ${ROOT_KEY}` }
 const api = jsonApi(headers)
 const serverMode = process.env.DATABASE_URL && process.env.REDIS_URL ? { db: process.env.DATABASE_URL, redis: process.env.REDIS_URL } : null
+const SPLIT = process.env.SPLIT === '1'
+if (SPLIT && !serverMode) throw new Error('SPLIT=1 needs server mode (DATABASE_URL and REDIS_URL): the API and the workers share them')
 
 /** 66 bytes of Markdown: B's document. */
 const SMALL = '# Note\n\nA short note about the weather in the valley this morning.\n'
@@ -54,25 +57,31 @@ const p90 = (xs: number[]) => percentile(Float64Array.from(xs).sort(), 90)
 
 async function main() {
   const source = SERVICE_MAIN === 'src/main.ts' ? sourceVersion() : null
-  const mode = serverMode ? 'server' : 'embedded'
+  const mode = serverMode ? (SPLIT ? 'server-split' : 'server') : 'embedded'
   log(`bench:fairness (${mode}): ${SERVICE_MAIN}${source ? ` at ${source.commit}${source.src_dirty ? ' (src/ modified)' : ''}` : ''}; ${RUNS} runs, ${DOCS} documents, fan-out ${FANOUT} × ${FANOUT}`)
   const port = freePort()
   const databaseUrl = serverMode ? await createDatabase(serverMode.db, `bench_fairness_${process.pid}`) : ''
   let service: Server | null = null
+  let worker: Server | null = null
+  const env = {
+    PORT: String(port), HOST: '127.0.0.1', DATA_DIR: join(work, 'data'), BOOTSTRAP_API_KEY: ROOT_KEY,
+    RATE_LIMIT_PER_SECOND: '1000000000', RATE_LIMIT_BURST: '1000000000', LOG_LEVEL: 'warn',
+    DATABASE_URL: databaseUrl, REDIS_URL: serverMode ? serverMode.redis : '',
+  }
   try {
     service = await startServer({
-      cmd: ['bun', 'run', SERVICE_MAIN],
-      env: {
-        PORT: String(port), HOST: '127.0.0.1', DATA_DIR: join(work, 'data'), BOOTSTRAP_API_KEY: ROOT_KEY,
-        RATE_LIMIT_PER_SECOND: '1000000000', RATE_LIMIT_BURST: '1000000000', LOG_LEVEL: 'warn',
-        DATABASE_URL: databaseUrl, REDIS_URL: serverMode ? serverMode.redis : '',
-      },
+      cmd: SPLIT ? ['bun', 'run', SERVICE_MAIN, 'api'] : ['bun', 'run', SERVICE_MAIN],
+      env,
       port,
       logFile: join(work, 'service.log'),
       readyPath: '/healthz',
       // The first start of a data directory migrates it: minutes on a busy machine.
       timeoutMs: 300_000,
     })
+    if (SPLIT) {
+      // After the API: the database is migrated once, by the first process.
+      worker = await startServer({ cmd: ['bun', 'run', SERVICE_MAIN, 'worker'], env: { ...env, LOG_LEVEL: 'info' }, port, logFile: join(work, 'worker.log'), readyLine: /workers running/, timeoutMs: 300_000 })
+    }
     const base = service.url
     const workspace = async (name: string) => {
       const r = await api(base, 'POST', '/v1/workspaces', { name })
@@ -239,6 +248,7 @@ async function main() {
     writeResults(`fairness-${mode}`, { when: new Date().toISOString(), ...(source ?? { service_main: SERVICE_MAIN }), machine: machine(), config: { runs: RUNS, docs: DOCS, fanout: FANOUT, parts: [...PARTS] }, summary }, rows)
     console.log(JSON.stringify(summary, null, 2))
   } finally {
+    await worker?.stop()
     await service?.stop()
     if (databaseUrl) await dropDatabase(serverMode!.db, databaseUrl).catch(() => {})
   }

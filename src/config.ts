@@ -43,6 +43,7 @@ const Env = Type.Object({
   RUNS_PER_WORKSPACE: Type.Optional(Int()),
   CHILD_RUNS_PER_WORKSPACE: Type.Optional(Int()),
   RUN_STEPS: Type.Optional(Int()),
+  WORKER_POLL_MS: Type.Optional(Int()),
   MAX_JSON_BYTES: Type.Optional(Int()),
   ITERATION_MAX_ITEMS: Type.Optional(Int()),
   RATE_LIMIT_PER_SECOND: Type.Optional(Int()),
@@ -136,6 +137,12 @@ export interface Config {
    * workspaces"): 1 embedded, 4 in server mode.
    */
   runSteps: number
+  /**
+   * How long an idle run, document or fan-out worker waits before it looks for new work again when
+   * nothing woke it (work created in its own process, or announced by an API process over Redis,
+   * wakes it at once).
+   */
+  workerPollMs: number
   maxJsonBytes: number
   rateLimit: { perSecond: number; burst: number }
   shutdownTimeoutMs: number
@@ -263,6 +270,7 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     // Embedded, the database runs on the service's own thread: one step at a time keeps what another
     // workspace's step waits behind to one step. A separate PostgreSQL works on several at once.
     runSteps: int('RUN_STEPS', env.DATABASE_URL ? 4 : 1, 1, 1024),
+    workerPollMs: int('WORKER_POLL_MS', 100, 10, 60_000),
     maxJsonBytes: int('MAX_JSON_BYTES', 1_048_576, 1),
     // 50 requests/s sustained with bursts of 100 per API key: generous for an integration, tight
     // enough that one runaway client cannot starve the 2-core default deployment.

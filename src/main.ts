@@ -7,6 +7,7 @@ import { CatalogError } from './domain/models/catalog'
 import { DataDirLockedError } from './store/db'
 import { SecretKeyError } from './domain/secret-key'
 import { startWorkers } from './workers'
+import { publishWakeUps } from './workers/wake'
 
 /** The parent as the process started: read before anything else, so a launcher gone during start-up is noticed too. */
 const launcherPid = process.ppid
@@ -70,6 +71,8 @@ async function main() {
     exit(1)
   }
   if (serveHttp) await bootstrapRootKey(deps)
+  // No worker here to nudge: the worker processes are told over Redis.
+  if (!runWorkers) publishWakeUps(deps)
   if (deps.redis.kind === 'memory') {
     log.warn('REDIS_URL is unset: using the in-process Redis stand-in (single process only)')
   }

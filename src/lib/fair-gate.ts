@@ -1,7 +1,9 @@
 /**
  * Slots shared fairly between keys (workspaces): at most `slots` pieces of work at once, and no key
  * more than its share while several keys have work (`slots` divided by the keys with pieces in flight
- * or waiting, at least one each). Which waiting piece goes next is start-time fair queuing, every
+ * or waiting, or present, at least one each). A key is present between `enter` and `leave` (a run
+ * being driven, between its steps): its share is kept free for it then, so a step of a workspace with
+ * one run does not arrive to find every slot taken by another's. Which waiting piece goes next is start-time fair queuing, every
  * piece counted alike: a piece is tagged, when it arrives, with the later of the gate's virtual time
  * (the tag of the last piece let in) and the tag after its key's previous piece, and the smallest tag
  * goes first (the earliest to arrive among equals). A key that queues a thousand pieces tags them one
@@ -23,6 +25,8 @@ export class FairGate {
   private readonly waiting = new Map<string | null, Waiting[]>()
   /** The tag after each key's last piece, while the key has pieces waiting or in flight. */
   private readonly next = new Map<string | null, number>()
+  /** Keys present (entered and not yet left), with how many times. */
+  private readonly present = new Map<string, number>()
   /** The tag of the last piece let in. */
   private virtual = 0
   private arrivals = 0
@@ -36,6 +40,21 @@ export class FairGate {
     let n = 0
     for (const q of this.waiting.values()) n += q.length
     return n
+  }
+
+  /** `key` has work coming (between pieces too) until `leave`: counted among the keys sharing the slots. */
+  enter(key: string): void {
+    this.present.set(key, (this.present.get(key) ?? 0) + 1)
+  }
+
+  leave(key: string): void {
+    const n = (this.present.get(key) ?? 0) - 1
+    if (n > 0) this.present.set(key, n)
+    else {
+      this.present.delete(key)
+      // One key fewer: the others' shares may have grown.
+      this.admit()
+    }
   }
 
   /** Runs `work` once a slot is free and it is `key`'s turn; the slot is given back however it ends. */
@@ -68,11 +87,12 @@ export class FairGate {
     return Math.max(1, Math.floor(this.slots / Math.max(1, keys)))
   }
 
-  /** The keys with pieces waiting or in flight, housekeeping not counted. */
+  /** The keys with pieces waiting or in flight, or present, housekeeping not counted. */
   private keysWithWork(): number {
-    let n = this.running.size
-    for (const key of this.waiting.keys()) if (!this.running.has(key)) n++
-    return this.running.has(null) || this.waiting.has(null) ? n - 1 : n
+    let n = this.present.size
+    for (const key of this.running.keys()) if (key !== null && !this.present.has(key)) n++
+    for (const key of this.waiting.keys()) if (key !== null && !this.present.has(key) && !this.running.has(key)) n++
+    return n
   }
 
   private take(key: string | null, tag: number) {

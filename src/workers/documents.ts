@@ -13,7 +13,6 @@ export const DOCUMENT_LEASE_MS = 15_000
  * (local-embed) embedding take turns in its document processes (sandbox.ts, DOCUMENT_PROCESSES).
  */
 const MAX_DOCUMENTS = 16
-const IDLE_POLL_MS = 100
 
 /**
  * Ingests documents: claims them from Postgres with leases (`for update skip locked`), heartbeats
@@ -33,7 +32,7 @@ export class DocumentWorker extends LeaseWorker<store.DocumentRow> {
   ) {
     super(
       deps.db.sql,
-      { what: 'document worker', table: store.documentLeases, definition: documentDefinition, leaseMs: options.leaseMs ?? DOCUMENT_LEASE_MS, max: MAX_DOCUMENTS, perWorkspace: deps.config.perWorkspace.documents, idleMs: IDLE_POLL_MS },
+      { what: 'document worker', table: store.documentLeases, definition: documentDefinition, leaseMs: options.leaseMs ?? DOCUMENT_LEASE_MS, max: MAX_DOCUMENTS, perWorkspace: deps.config.perWorkspace.documents, idleMs: deps.config.workerPollMs },
       deps.log,
     )
     const processes = options.processes ?? deps.config.documentProcesses

@@ -10,7 +10,6 @@ import type { Timers } from './timers'
 import { DELIVERY_TIMER } from './webhook-deliveries'
 
 const BATCH = 500
-const IDLE_POLL_MS = 100
 
 /**
  * Fan-out: committed outbox events become one delivery per enabled webhook of the event's workspace
@@ -20,7 +19,7 @@ const IDLE_POLL_MS = 100
  */
 export class FanOut extends PollingLoop {
   constructor(private readonly d: { sql: Pool; config: Config; timers: Timers; log: Logger }) {
-    super('fan-out: dispatching outbox events', IDLE_POLL_MS, d.log)
+    super('fan-out: dispatching outbox events', d.config.workerPollMs, d.log)
   }
 
   /** A full batch means more may be waiting: go again at once. */

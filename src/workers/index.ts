@@ -7,6 +7,7 @@ import { TimerLoop } from './timers'
 import { RUN_TIMER, RunWorker } from './runs'
 import { ScheduleWorker } from './schedules'
 import { DELIVERY_TIMER, DeliveryWorker } from './webhook-deliveries'
+import { subscribeWakeUps } from './wake'
 
 /**
  * The job catalog: every background worker of the service, started together by src/main.ts, in the
@@ -39,6 +40,8 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
   deps.runs.nudge = () => runs.nudge()
   deps.documents.nudge = () => documents.nudge()
   deps.indexer.nudge = () => indexer.nudge()
+  // API-only processes announce new runs, documents and events here (server mode).
+  const unsubscribeWakeUps = await subscribeWakeUps(deps.redis, { runs, documents, events: fanOut }, deps.log)
   loop.start()
   fanOut.start()
   runs.start()
@@ -55,6 +58,7 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
     indexer,
     async stop() {
       stopMaintenance()
+      await unsubscribeWakeUps().catch(() => {})
       deps.timers.nudge = () => {}
       deps.events.nudge = () => {}
       deps.runs.nudge = () => {}

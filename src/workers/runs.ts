@@ -22,7 +22,6 @@ export { RUN_TIMER }
 /** A worker holds a run this long without a heartbeat; heartbeats come every third of it. */
 export const RUN_LEASE_MS = 15_000
 const MAX_RUNS = 64
-const IDLE_POLL_MS = 100
 /** LLM deltas are written to the run's log in pieces at most this old, not one row per token. */
 const DELTA_FLUSH_MS = 50
 /** How often a worker unparks runs whose wake_at passed without a timer firing. */
@@ -45,7 +44,7 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
   private readonly steps: FairGate
 
   constructor(private readonly deps: Deps) {
-    super(deps.db.sql, { what: 'run worker', table: runs.runLeases, definition: runDefinition, leaseMs: RUN_LEASE_MS, max: MAX_RUNS, perWorkspace: deps.config.perWorkspace.runs, idleMs: IDLE_POLL_MS }, deps.log)
+    super(deps.db.sql, { what: 'run worker', table: runs.runLeases, definition: runDefinition, leaseMs: RUN_LEASE_MS, max: MAX_RUNS, perWorkspace: deps.config.perWorkspace.runs, idleMs: deps.config.workerPollMs }, deps.log)
     this.steps = new FairGate(deps.config.runSteps)
   }
 
@@ -129,7 +128,17 @@ export class RunWorker extends LeaseWorker<runs.RunRow> implements TimerHandler 
    * With tracing on, each claim's drive is a span of the trace that started the run (the request,
    * or the parent run's node: `trace_context`), its nodes' spans its children (docs/observability.md).
    */
-  protected work(run: runs.RunRow, ac: AbortController) {
+  protected async work(run: runs.RunRow, ac: AbortController) {
+    // Present at the gate while held, between its steps too: its share of the steps is kept for it.
+    this.steps.enter(run.workspace_id)
+    try {
+      await this.traced(run, ac)
+    } finally {
+      this.steps.leave(run.workspace_id)
+    }
+  }
+
+  private traced(run: runs.RunRow, ac: AbortController) {
     if (!tracingOn) return this.drive(run, ac, null)
     const parent = contextFrom(run.trace_context)
     const span = startSpan('workflow.run', {

@@ -43,6 +43,7 @@ test('an empty environment gives the defaults of docs/deployment.md', () => {
     documentProcesses: 2,
     perWorkspace: { runs: 8, childRuns: 32, documents: 8, documentProcesses: 1 },
     runSteps: 1,
+    workerPollMs: 100,
     maxJsonBytes: 1_048_576,
     rateLimit: { perSecond: 50, burst: 100 },
     shutdownTimeoutMs: 10_000,
@@ -90,6 +91,8 @@ test('per-workspace shares: runs 8, child runs 32, documents 8, document process
   expect(loadConfig({}).runSteps).toBe(1)
   expect(loadConfig({ DATABASE_URL: 'postgres://db/x' }).runSteps).toBe(4)
   expect(loadConfig({ RUN_STEPS: '16' }).runSteps).toBe(16)
+  expect(loadConfig({ WORKER_POLL_MS: '2000' }).workerPollMs).toBe(2000)
+  expect(() => loadConfig({ WORKER_POLL_MS: '0' })).toThrow(/WORKER_POLL_MS/)
   for (const v of ['RUNS_PER_WORKSPACE', 'CHILD_RUNS_PER_WORKSPACE', 'DOCUMENTS_PER_WORKSPACE', 'DOCUMENT_PROCESSES_PER_WORKSPACE']) {
     expect(() => loadConfig({ [v]: '0' })).toThrow(new RegExp(v))
   }

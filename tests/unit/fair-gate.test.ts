@@ -78,6 +78,34 @@ describe('FairGate', () => {
     expect(started).toHaveLength(12)
   })
 
+  test('a key present between its pieces keeps its share free: the other key fills only the rest', async () => {
+    const gate = new FairGate(4)
+    const started: string[] = []
+    // B has a run in hand but no step queued yet (it is between steps).
+    gate.enter('B')
+    const a = Array.from({ length: 6 }, (_, i) => piece(started, `a${i}`))
+    const doneA = a.map((p) => gate.run('A', p.work))
+    await settle()
+    // Two keys share four slots: A gets two, two stay free for B.
+    expect(started).toEqual(['a0', 'a1'])
+    const b = piece(started, 'b0')
+    const doneB = gate.run('B', b.work)
+    await settle()
+    // B's step arrives and starts at once, with no A step to wait for.
+    expect(started).toEqual(['a0', 'a1', 'b0'])
+    b.end()
+    await doneB
+    gate.leave('B')
+    await settle()
+    // B gone: A takes every slot again (its two in flight and two more).
+    expect(started).toEqual(['a0', 'a1', 'b0', 'a2', 'a3'])
+    for (const p of a) {
+      p.end()
+      await settle()
+    }
+    await Promise.all(doneA)
+  })
+
   test('housekeeping (the null key) takes turns but does not shrink a workspace\'s share', async () => {
     const gate = new FairGate(2)
     const started: string[] = []
