@@ -158,17 +158,19 @@ describe('embedded: SIGKILL in the middle of a long document', () => {
     // Mid-document, in its synchronous part: past the 40 MB received (~100 MB at rest, ~200 MB once
     // they are in), the process holds the text made of them and its chunks. Receiving is asynchronous:
     // a kill then was already noticed at once (the closed channel), before the watchdog.
-    const reader = await waitFor(
+    // The reader is the child holding that much; the second process may be beside it, started
+    // ahead for the next document (docs/knowledge.md): it must go too.
+    const kids = await waitFor(
       () => {
-        const kids = childrenOf(sp.proc.pid)
-        return kids.length === 1 && residentBytes(kids[0]!) > 300 * 1024 * 1024 ? kids[0]! : null
+        const all = childrenOf(sp.proc.pid)
+        return all.some((pid) => residentBytes(pid) > 300 * 1024 * 1024) ? all : null
       },
       { timeoutMs: 120_000, intervalMs: 20, what: 'the document process to be reading the document' },
     )
     sp.proc.kill('SIGKILL')
     await sp.exited
     const killed = performance.now()
-    await waitFor(() => !alive(reader!), { timeoutMs: 5_000, intervalMs: 10, what: 'the document process to exit after its service' })
+    await waitFor(() => !kids.some(alive), { timeoutMs: 5_000, intervalMs: 10, what: `the document processes (${kids.join(', ')}) to exit after their service` })
     const tookMs = Math.round(performance.now() - killed)
     console.log(`document process gone ${tookMs} ms after its service was SIGKILLed (target 1 000 ms)`)
     expect(tookMs).toBeLessThan(5_000)

@@ -285,8 +285,14 @@ describe('events outbox', () => {
       await markEventsDispatched(tx, claimed.map((e) => e.id))
       return claimed
     })
-    expect(first.map((e) => e.id)).toEqual(ids.slice(0, 2))
-    expect(first.map((e) => e.data)).toEqual([{ i: 0 }, { i: 1 }])
+    // Oldest first: by created_at (milliseconds), and among events of one millisecond by id (ids are
+    // random within a millisecond, so emission order decides only across milliseconds).
+    const emitted = await db.sql<{ id: string; created_at: Date }[]>`select id, created_at from events where id in ${db.sql(ids)}`
+    const at = new Map(emitted.map((e) => [e.id, e.created_at.getTime()]))
+    expect(ids.map((id) => at.get(id)!)).toEqual(ids.map((id) => at.get(id)!).sort((x, y) => x - y))
+    const oldest = [...ids].sort((x, y) => at.get(x)! - at.get(y)! || (x < y ? -1 : 1))
+    expect(first.map((e) => e.id)).toEqual(oldest.slice(0, 2))
+    expect(first.map((e) => e.data)).toEqual(oldest.slice(0, 2).map((id) => ({ i: ids.indexOf(id) })))
 
     // A claim whose transaction fails marks nothing: the event stays in the outbox.
     const crashed = await failure(
@@ -304,7 +310,7 @@ describe('events outbox', () => {
       await markEventsDispatched(tx, [])
       return claimed
     })
-    expect(second.map((e) => e.id)).toEqual([ids[2]!])
+    expect(second.map((e) => e.id)).toEqual([oldest[2]!])
     expect(await db.sql.begin((tx) => claimUndispatchedEvents(tx, 10))).toEqual([])
     const marked = await db.sql<EventRow[]>`select * from events where id in ${db.sql(ids)}`
     for (const e of marked) expect(e.dispatched_at).toBeInstanceOf(Date)
