@@ -106,6 +106,11 @@ export interface EmbeddedOptions {
   efSearch?: number
 }
 
+/** A client of an embedded database's socket server (`host`, `port`: where it listens), as openEmbedded makes its own. */
+export function embeddedClient(host: string, port: number): Pool {
+  return postgres({ ...common, host, port, username: 'postgres', database: 'postgres', max: 1 })
+}
+
 /**
  * Embedded default: PGlite with pgvector, served on a loopback port so that postgres.js is the only
  * driver. One connection (`max: 1`): PGlite is a single session, and the socket server's multiplexer
@@ -154,7 +159,7 @@ export async function openEmbedded(opts: EmbeddedOptions): Promise<Database> {
     const server = new PGLiteSocketServer({ db: pg, port: 0, host: '127.0.0.1' })
     await server.start()
     const [host, port] = server.getServerConn().split(':')
-    const sql = postgres({ ...common, host, port: Number(port), username: 'postgres', database: 'postgres', max: 1 })
+    const sql = embeddedClient(host!, Number(port))
     return {
       sql,
       search: null,

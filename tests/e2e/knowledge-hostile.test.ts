@@ -170,7 +170,7 @@ describe('embedded: SIGKILL in the middle of a long document', () => {
     sp.proc.kill('SIGKILL')
     await sp.exited
     const killed = performance.now()
-    await waitFor(() => !kids.some(alive), { timeoutMs: 5_000, intervalMs: 10, what: `the document processes (${kids.join(', ')}) to exit after their service` })
+    await waitFor(() => !kids!.some(alive), { timeoutMs: 5_000, intervalMs: 10, what: `the document processes (${kids!.join(', ')}) to exit after their service` })
     const tookMs = Math.round(performance.now() - killed)
     console.log(`document process gone ${tookMs} ms after its service was SIGKILLed (target 1 000 ms)`)
     expect(tookMs).toBeLessThan(5_000)

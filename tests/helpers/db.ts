@@ -1,7 +1,8 @@
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import postgres from 'postgres'
-import { openEmbedded, openPostgres, type Database } from '../../src/store/db'
+import { embeddedClient, openEmbedded, openPostgres, type Database, type Pool } from '../../src/store/db'
+import { EF_SEARCH } from '../../src/store/knowledge/search'
 import { migrate } from '../../src/store/migrate'
 import { SCHEMA_HASH as schemaHash, templateDump } from '../../src/store/pglite-template'
 
@@ -52,7 +53,7 @@ function withDatabase(url: string, name: string): string {
  */
 export async function freshDatabase(opts: { efSearch?: number } = {}): Promise<Database> {
   const url = process.env.DATABASE_URL
-  if (!url) return openEmbedded({ dataDir: null, loadDataDir: await pgliteTemplateDump(), efSearch: opts.efSearch })
+  if (!url) return leaseEmbedded(opts.efSearch)
   const admin = postgres(url, { max: 1, onnotice: () => {} })
   try {
     const template = await serverTemplateName(admin)
@@ -71,4 +72,120 @@ export async function freshDatabase(opts: { efSearch?: number } = {}): Promise<D
   } finally {
     await admin.end()
   }
+}
+
+/**
+ * Embedded: a PGlite started from the template takes ~1.5 s (the dump unpacked into its memory, the
+ * server started), once per test file. Closed, a database is reset to the template instead and kept
+ * for the next file: what a test created beside the template's schema dropped, every table emptied
+ * but the migrations' own, the session discarded (settings, prepared statements, advisory locks,
+ * temporary tables), the planner's statistics forgotten, and the schema compared with the
+ * template's. One that does not match (a test altered the schema) is closed, not kept. Each lease
+ * has a client of its own, ended at close, so a query a closed file left running fails instead of
+ * reaching the next file's data.
+ */
+interface Kept {
+  db: Database
+  host: string
+  port: number
+}
+
+const idle: Kept[] = []
+/** The template as a fresh instance has it: its relations, and its schema's fingerprint. */
+let template: Promise<{ relations: Set<string>; print: string }> | null = null
+
+async function leaseEmbedded(efSearch?: number): Promise<Database> {
+  let kept = idle.pop()
+  if (!kept) {
+    const db = await openEmbedded({ dataDir: null, loadDataDir: await pgliteTemplateDump() })
+    const options = db.sql.options as unknown as { host: string[]; port: number[] }
+    kept = { db, host: options.host[0]!, port: options.port[0]! }
+    const own = kept
+    template ??= (async () => {
+      const sql = embeddedClient(own.host, own.port)
+      try {
+        return { relations: new Set((await relations(sql)).map((r) => r.name)), print: await fingerprint(sql) }
+      } finally {
+        await sql.end()
+      }
+    })()
+    await template
+  }
+  const lease = kept
+  const sql = embeddedClient(lease.host, lease.port)
+  let closed = false
+  return {
+    ...lease.db,
+    sql,
+    efSearch: efSearch ?? EF_SEARCH,
+    async close() {
+      if (closed) return
+      closed = true
+      await sql.end({ timeout: 5 })
+      if (await reset(lease).catch(() => false)) idle.push(lease)
+      else await lease.db.close().catch(() => {})
+    },
+  }
+}
+
+/** Back to the template's state; false when that cannot be done (then the instance is closed). */
+async function reset(kept: Kept): Promise<boolean> {
+  const { relations: known, print } = await template!
+  const sql = embeddedClient(kept.host, kept.port)
+  try {
+    await sql.unsafe('discard all')
+    const extra = (await relations(sql)).filter((r) => !known.has(r.name))
+    const order = ['v', 'm', 'r', 'p', 'i', 'S', 'c']
+    for (const r of extra.sort((a, b) => order.indexOf(a.kind) - order.indexOf(b.kind))) {
+      const what = { v: 'view', m: 'materialized view', r: 'table', p: 'table', i: 'index', S: 'sequence', c: 'type' }[r.kind]
+      if (what) await sql.unsafe(`drop ${what} if exists ${r.name} cascade`)
+    }
+    const tables = (await relations(sql)).filter((r) => (r.kind === 'r' || r.kind === 'p') && r.name !== 'public.schema_migrations')
+    if (tables.length > 0) await sql.unsafe(`truncate ${tables.map((t) => t.name).join(', ')} cascade`)
+    await sql.unsafe(`delete from pg_statistic where starelid in (select c.oid from pg_class c join pg_namespace n on n.oid = c.relnamespace where n.nspname = 'public')`)
+    return (await fingerprint(sql)) === print
+  } finally {
+    await sql.end()
+  }
+}
+
+/** The relations of the schemas a test may write to, as quoted qualified names. */
+function relations(sql: Pool): Promise<{ name: string; kind: string }[]> {
+  return sql<{ name: string; kind: string }[]>`
+    select format('%I.%I', n.nspname, c.relname) as name, c.relkind::text as kind
+    from pg_class c join pg_namespace n on n.oid = c.relnamespace
+    where n.nspname not in ('pg_catalog', 'information_schema') and n.nspname not like 'pg\_%'`
+}
+
+/** A hash of the schema: relations, columns, indexes, constraints, triggers, functions, extensions, schemas, stored settings, migrations. */
+async function fingerprint(sql: Pool): Promise<string> {
+  const [row] = await sql<{ print: string }[]>`
+    select md5(coalesce(string_agg(x, E'\n' order by x), '')) as print from (
+      select 'rel ' || n.nspname || '.' || c.relname || ' ' || c.relkind::text
+        from pg_class c join pg_namespace n on n.oid = c.relnamespace
+        where n.nspname not in ('pg_catalog', 'information_schema') and n.nspname not like 'pg\_%'
+      union all
+      select 'col ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull::text || ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+        from pg_attribute a join pg_class c on c.oid = a.attrelid join pg_namespace n on n.oid = c.relnamespace
+        left join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
+        where n.nspname = 'public' and a.attnum > 0 and not a.attisdropped
+      union all
+      select 'idx ' || pg_get_indexdef(i.indexrelid)
+        from pg_index i join pg_class c on c.oid = i.indrelid join pg_namespace n on n.oid = c.relnamespace where n.nspname = 'public'
+      union all
+      select 'con ' || conrelid::regclass::text || ' ' || conname || ' ' || pg_get_constraintdef(oid) from pg_constraint where connamespace = 'public'::regnamespace
+      union all
+      select 'trg ' || pg_get_triggerdef(oid) from pg_trigger where not tgisinternal
+      union all
+      select 'fn ' || p.oid::regprocedure::text || ' ' || md5(p.prosrc) from pg_proc p where pronamespace = 'public'::regnamespace
+      union all
+      select 'ext ' || extname || ' ' || extversion from pg_extension
+      union all
+      select 'ns ' || nspname from pg_namespace where nspname not like 'pg\_%' and nspname <> 'information_schema'
+      union all
+      select 'set ' || setdatabase::text || ' ' || setrole::text || ' ' || array_to_string(setconfig, ',') from pg_db_role_setting
+      union all
+      select 'mig ' || string_agg(version::text, ',' order by version) from schema_migrations
+    ) s(x)`
+  return row!.print
 }
