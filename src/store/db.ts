@@ -34,6 +34,11 @@ export interface Database {
   startedFrom?: 'existing' | 'template' | 'initdb' | 'memory'
   /** Embedded only: why the template there was not used (unreadable, say), when it was not. */
   templateFailure?: string
+  /**
+   * Embedded only: the bytes of WebAssembly memory the database holds now. It grows with the work done
+   * (an index build, a large sort) and is never given back until the database is closed.
+   */
+  memoryBytes?(): number
 }
 
 const common = {
@@ -169,6 +174,8 @@ export async function openEmbedded(opts: EmbeddedOptions): Promise<Database> {
       templateFailure,
       describe: pgDir ? `embedded PGlite at ${pgDir}` : 'embedded PGlite in memory',
       dump: async () => (await pg.dumpDataDir('gzip')) as Blob,
+      // PGlite keeps its Emscripten module as `mod` (not a public field: 0 if a version moves it).
+      memoryBytes: () => (pg as unknown as { mod?: { HEAPU8?: Uint8Array } }).mod?.HEAPU8?.byteLength ?? 0,
       async close() {
         await sql.end({ timeout: 5 })
         await server.stop()

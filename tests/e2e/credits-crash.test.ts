@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -119,79 +119,82 @@ function journaled(dataDir: string): number {
   return n
 }
 
-test('a SIGKILL right after the answers loses no charge and doubles none', async () => {
-  const s = await setup('after-answers')
-  let sp = start(s)
-  await sp.ready()
-  const ws = await workspaceWithBudget(sp, s.rootKey, 1_000_000, [50])
-  const credits: number[] = []
-  for (let i = 0; i < 5; i++) credits.push(await call(sp, s.rootKey, ws, `one-${i}`, false))
-  credits.push(...(await Promise.all(Array.from({ length: 20 }, (_, i) => call(sp, s.rootKey, ws, `many-${i}`, i % 4 === 0)))))
-  // Killed the moment the last answer is in: nothing is left to finish in the background.
-  sp.proc.kill('SIGKILL')
-  await sp.exited
-  sp = start(s)
-  await sp.ready()
-  const usage = await apiCall(sp, s.rootKey, 'GET', `/v1/workspaces/${ws}/usage`)
-  expect(usage.status).toBe(200)
-  expect(usage.body.data.total.calls).toBe(25)
-  const nonStreamed = credits.filter((c) => c >= 0)
-  const each = nonStreamed[0]!
-  expect(nonStreamed.every((c) => c === each)).toBe(true)
-  expect(usage.body.data.total.credits).toBeCloseTo(each * 25, 6)
-  expect(usage.body.data.budget.used).toBeCloseTo(each * 25, 6)
-  await sp.stop('SIGTERM')
-}, 60_000)
+// Each test has a service, a data directory and a database of its own: run together.
+describe.concurrent('charges across a SIGKILL', () => {
+  test('a SIGKILL right after the answers loses no charge and doubles none', async () => {
+    const s = await setup('after-answers')
+    let sp = start(s)
+    await sp.ready()
+    const ws = await workspaceWithBudget(sp, s.rootKey, 1_000_000, [50])
+    const credits: number[] = []
+    for (let i = 0; i < 5; i++) credits.push(await call(sp, s.rootKey, ws, `one-${i}`, false))
+    credits.push(...(await Promise.all(Array.from({ length: 20 }, (_, i) => call(sp, s.rootKey, ws, `many-${i}`, i % 4 === 0)))))
+    // Killed the moment the last answer is in: nothing is left to finish in the background.
+    sp.proc.kill('SIGKILL')
+    await sp.exited
+    sp = start(s)
+    await sp.ready()
+    const usage = await apiCall(sp, s.rootKey, 'GET', `/v1/workspaces/${ws}/usage`)
+    expect(usage.status).toBe(200)
+    expect(usage.body.data.total.calls).toBe(25)
+    const nonStreamed = credits.filter((c) => c >= 0)
+    const each = nonStreamed[0]!
+    expect(nonStreamed.every((c) => c === each)).toBe(true)
+    expect(usage.body.data.total.credits).toBeCloseTo(each * 25, 6)
+    expect(usage.body.data.budget.used).toBeCloseTo(each * 25, 6)
+    await sp.stop('SIGTERM')
+  }, 60_000)
 
-test('charges held when the process is SIGKILLed are written once at the next start; a journal replayed again charges nothing twice', async () => {
-  const s = await setup('held')
-  // A flush interval far beyond the test: every charge is still held (journaled only) when the kill comes.
-  let sp = start(s, { CREDITS_FLUSH_MS: '600000' })
-  await sp.ready()
-  const calls = 10
-  const each = await call(sp, s.rootKey, await workspaceWithBudget(sp, s.rootKey, 1000, []), 'probe', false)
-  // The probe went to another workspace: the one measured gets a hard-limit budget of exactly 10
-  // calls, its 50 % crossed by the 5th and its 100 % by the 10th.
-  const ws = await workspaceWithBudget(sp, s.rootKey, each * calls, [50, 100])
-  const ids = Array.from({ length: calls }, (_, i) => `held-${i}`)
-  for (const id of ids.slice(0, 5)) await call(sp, s.rootKey, ws, id, false)
-  await Promise.all(ids.slice(5).map((id, i) => call(sp, s.rootKey, ws, id, i % 2 === 0)))
-  // Every charge is in the journal, none in the database yet.
-  expect(journaled(s.dataDir)).toBe(calls + 1)
-  // The hard limit counts the held charges: the budget is used up.
-  const refused = await fetch(`${sp.url}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${s.rootKey}`, 'content-type': 'application/json', 'x-workspace-id': ws },
-    body: JSON.stringify({ model: 'priced', messages: [{ role: 'user', content: 'one more' }] }),
-  })
-  expect(refused.status).toBe(402)
-  sp.proc.kill('SIGKILL')
-  await sp.exited
-  const journal = join(s.dataDir, 'credits')
-  const saved = join(s.dataDir, '..', 'journal-copy')
-  cpSync(journal, saved, { recursive: true })
+  test('charges held when the process is SIGKILLed are written once at the next start; a journal replayed again charges nothing twice', async () => {
+    const s = await setup('held')
+    // A flush interval far beyond the test: every charge is still held (journaled only) when the kill comes.
+    let sp = start(s, { CREDITS_FLUSH_MS: '600000' })
+    await sp.ready()
+    const calls = 10
+    const each = await call(sp, s.rootKey, await workspaceWithBudget(sp, s.rootKey, 1000, []), 'probe', false)
+    // The probe went to another workspace: the one measured gets a hard-limit budget of exactly 10
+    // calls, its 50 % crossed by the 5th and its 100 % by the 10th.
+    const ws = await workspaceWithBudget(sp, s.rootKey, each * calls, [50, 100])
+    const ids = Array.from({ length: calls }, (_, i) => `held-${i}`)
+    for (const id of ids.slice(0, 5)) await call(sp, s.rootKey, ws, id, false)
+    await Promise.all(ids.slice(5).map((id, i) => call(sp, s.rootKey, ws, id, i % 2 === 0)))
+    // Every charge is in the journal, none in the database yet.
+    expect(journaled(s.dataDir)).toBe(calls + 1)
+    // The hard limit counts the held charges: the budget is used up.
+    const refused = await fetch(`${sp.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${s.rootKey}`, 'content-type': 'application/json', 'x-workspace-id': ws },
+      body: JSON.stringify({ model: 'priced', messages: [{ role: 'user', content: 'one more' }] }),
+    })
+    expect(refused.status).toBe(402)
+    sp.proc.kill('SIGKILL')
+    await sp.exited
+    const journal = join(s.dataDir, 'credits')
+    const saved = join(s.dataDir, '..', 'journal-copy')
+    cpSync(journal, saved, { recursive: true })
 
-  // The next start replays the journal before it serves.
-  sp = start(s)
-  await sp.ready()
-  await sp.stop('SIGTERM')
-  const first = await readBack(s)
-  expect(ids.map((id) => first.ledger.get(id) ?? 0)).toEqual(Array(calls).fill(1))
-  expect(first.ledger.get('probe')).toBe(1)
-  expect(first.credits).toBeCloseTo(each * (calls + 1), 6)
-  // The period rows of both workspaces (the probe's and the 30 calls') sum to the ledger.
-  expect(first.used).toBeCloseTo(first.credits, 6)
-  expect(first.thresholds).toEqual([50, 100])
-  expect(journaled(s.dataDir)).toBe(0)
+    // The next start replays the journal before it serves.
+    sp = start(s)
+    await sp.ready()
+    await sp.stop('SIGTERM')
+    const first = await readBack(s)
+    expect(ids.map((id) => first.ledger.get(id) ?? 0)).toEqual(Array(calls).fill(1))
+    expect(first.ledger.get('probe')).toBe(1)
+    expect(first.credits).toBeCloseTo(each * (calls + 1), 6)
+    // The period rows of both workspaces (the probe's and the 30 calls') sum to the ledger.
+    expect(first.used).toBeCloseTo(first.credits, 6)
+    expect(first.thresholds).toEqual([50, 100])
+    expect(journaled(s.dataDir)).toBe(0)
 
-  // The same journal again, as a crash between a batch's commit and its deletion would leave it:
-  // every line is already in the ledger, so nothing is charged and no threshold fires again.
-  cpSync(saved, journal, { recursive: true })
-  expect(journaled(s.dataDir)).toBe(calls + 1)
-  sp = start(s)
-  await sp.ready()
-  await sp.stop('SIGTERM')
-  const again = await readBack(s)
-  expect(again).toEqual(first)
-  expect(journaled(s.dataDir)).toBe(0)
-}, 90_000)
+    // The same journal again, as a crash between a batch's commit and its deletion would leave it:
+    // every line is already in the ledger, so nothing is charged and no threshold fires again.
+    cpSync(saved, journal, { recursive: true })
+    expect(journaled(s.dataDir)).toBe(calls + 1)
+    sp = start(s)
+    await sp.ready()
+    await sp.stop('SIGTERM')
+    const again = await readBack(s)
+    expect(again).toEqual(first)
+    expect(journaled(s.dataDir)).toBe(0)
+  }, 90_000)
+})

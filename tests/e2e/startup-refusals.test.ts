@@ -37,32 +37,33 @@ async function exitCode(sp: ServiceProcess, timeoutMs = 60_000): Promise<number>
   return sp.exited
 }
 
-test('a second service started on the port another one holds exits 1 naming the port; the first answers every request', async () => {
-  const rootKey = generateKey()
-  const first = spawnService({ env: { ...EMBEDDED, DATA_DIR: join(tmp, 'first'), BOOTSTRAP_API_KEY: rootKey } })
-  await first.ready(180_000)
-  const second = spawnService({ port: first.port, env: { ...EMBEDDED, DATA_DIR: join(tmp, 'second'), BOOTSTRAP_API_KEY: generateKey() } })
-  // Either outcome is awaited: refused, or (as before) listening beside the first.
-  await second.waitForOutput(/already in use|listening on/, 120_000).catch(() => {})
+// Independent of each other (a data directory each), and mostly waiting on their processes: run together.
+describe.concurrent('refused at start-up', () => {
+  test('a second service started on the port another one holds exits 1 naming the port; the first answers every request', async () => {
+    const rootKey = generateKey()
+    const first = spawnService({ env: { ...EMBEDDED, DATA_DIR: join(tmp, 'first'), BOOTSTRAP_API_KEY: rootKey } })
+    await first.ready(180_000)
+    const second = spawnService({ port: first.port, env: { ...EMBEDDED, DATA_DIR: join(tmp, 'second'), BOOTSTRAP_API_KEY: generateKey() } })
+    // Either outcome is awaited: refused, or (as before) listening beside the first.
+    await second.waitForOutput(/already in use|listening on/, 120_000).catch(() => {})
 
-  // A new connection per request, so the kernel would spread them over two listeners: each must reach
-  // the first (the second's database does not know this root key: it would answer 401).
-  const statuses: number[] = []
-  for (let i = 0; i < 60; i++) {
-    const { res } = await fetchService(first, '/v1/workspaces', { headers: { authorization: `Bearer ${rootKey}`, connection: 'close' } })
-    statuses.push(res.status)
-  }
-  expect(statuses.filter((s) => s !== 200)).toEqual([])
+    // A new connection per request, so the kernel would spread them over two listeners: each must reach
+    // the first (the second's database does not know this root key: it would answer 401).
+    const statuses: number[] = []
+    for (let i = 0; i < 60; i++) {
+      const { res } = await fetchService(first, '/v1/workspaces', { headers: { authorization: `Bearer ${rootKey}`, connection: 'close' } })
+      statuses.push(res.status)
+    }
+    expect(statuses.filter((s) => s !== 200)).toEqual([])
 
-  expect(await exitCode(second)).toBe(1)
-  expect(second.output()).toContain(`port ${first.port} (HOST 127.0.0.1) is already in use by another process`)
-  expect(second.output()).not.toContain('listening on')
-  // Refused before it opened anything: no database in its DATA_DIR.
-  expect(existsSync(join(tmp, 'second', 'pglite'))).toBe(false)
-  expect(await first.stop()).toBe(0)
-}, 400_000)
+    expect(await exitCode(second)).toBe(1)
+    expect(second.output()).toContain(`port ${first.port} (HOST 127.0.0.1) is already in use by another process`)
+    expect(second.output()).not.toContain('listening on')
+    // Refused before it opened anything: no database in its DATA_DIR.
+    expect(existsSync(join(tmp, 'second', 'pglite'))).toBe(false)
+    expect(await first.stop()).toBe(0)
+  }, 400_000)
 
-describe('SECRET_KEY', () => {
   test.each([
     ['the service', []],
     ['a worker', ['worker']],

@@ -206,7 +206,8 @@ async function recover(s: Awaited<ReturnType<typeof begin>>) {
   return { second, deliveries }
 }
 
-describe('webhook delivery survives SIGKILL (embedded, subprocess)', () => {
+// Each test has a service, a receiver and a data directory of its own: run together.
+describe.concurrent('webhook delivery survives SIGKILL (embedded, subprocess)', () => {
   test('killed with deliveries pending and retrying: the restart settles every one, none lost, none twice', async () => {
     const PINGS = 30
     const s = await begin('retrying', 500, 3, PINGS)

@@ -91,6 +91,13 @@ interface Kept {
 }
 
 const idle: Kept[] = []
+/**
+ * What is kept: one idle database, and only while its WebAssembly memory is near a fresh one's (189
+ * MB): memory an index build or a large sort grew is never given back, and kept databases would hold
+ * the largest any file needed (3.0 GB for the suite, against 1.4 GB closing every one).
+ */
+const KEEP_IDLE = Number(process.env.TEST_DB_KEEP ?? 1)
+const KEEP_MEMORY_BYTES = 320 * 1024 * 1024
 /** The template as a fresh instance has it: its relations, and its schema's fingerprint. */
 let template: Promise<{ relations: Set<string>; print: string }> | null = null
 
@@ -122,7 +129,9 @@ async function leaseEmbedded(efSearch?: number): Promise<Database> {
       if (closed) return
       closed = true
       await sql.end({ timeout: 5 })
-      if (await reset(lease).catch(() => false)) idle.push(lease)
+      const keep = idle.length < KEEP_IDLE && (lease.db.memoryBytes?.() ?? Infinity) <= KEEP_MEMORY_BYTES && (await reset(lease).catch(() => false))
+      if (process.env.TEST_DB_LOG) console.error(`test database ${lease.port}: ${Math.round((lease.db.memoryBytes?.() ?? 0) / 1048576)} MB, ${keep ? 'kept' : 'closed'}`)
+      if (keep) idle.push(lease)
       else await lease.db.close().catch(() => {})
     },
   }
