@@ -7,7 +7,7 @@ import { generateKey } from '../../src/domain/api-keys'
 import { openEmbedded } from '../../src/store/db'
 import { waitFor } from '../helpers/harness'
 import { longLineText } from '../helpers/hostile-documents'
-import { apiCall, EMBEDDED, killAll, spawnService, type ServiceProcess } from '../helpers/process'
+import { apiCall, EMBEDDED, killAll, spawnService } from '../helpers/process'
 
 setDefaultTimeout(TEST_TIMEOUT_MS)
 
@@ -49,10 +49,9 @@ const alive = (pid: number) => {
   }
 }
 
-describe('embedded: SIGKILL while a hostile document is read', () => {
+// The two tests below have a service and a data directory each, and mostly wait on them: run together.
+describe.concurrent('embedded: SIGKILL while a document is read', () => {
   let tmp: string
-  let sp: ServiceProcess
-  const rootKey = generateKey()
 
   beforeAll(() => {
     tmp = mkdtempSync(join(tmpdir(), 'ap-e2e-knowledge-hostile-'))
@@ -62,11 +61,11 @@ describe('embedded: SIGKILL while a hostile document is read', () => {
     if (tmp) rmSync(tmp, { recursive: true, force: true })
   })
 
-  const boot = () => spawnService({ env: { ...EMBEDDED, DATA_DIR: join(tmp, 'data'), BOOTSTRAP_API_KEY: rootKey, RATE_LIMIT_BURST: '100000', RATE_LIMIT_PER_SECOND: '100000' } })
-  const call = (method: string, path: string, body?: unknown) => apiCall(sp, rootKey, method, path, body)
-
-  test('the document process dies with the service; after a restart the document is read again and ready', async () => {
-    sp = boot()
+  test('a hostile document: the document process dies with the service; after a restart the document is read again and ready', async () => {
+    const rootKey = generateKey()
+    const boot = () => spawnService({ env: { ...EMBEDDED, DATA_DIR: join(tmp, 'hostile'), BOOTSTRAP_API_KEY: rootKey, RATE_LIMIT_BURST: '100000', RATE_LIMIT_PER_SECOND: '100000' } })
+    const call = (method: string, path: string, body?: unknown) => apiCall(sp, rootKey, method, path, body)
+    let sp = boot()
     await sp.ready(120_000)
     const ws = await call('POST', '/v1/workspaces', { name: 'Hostile' })
     // Big chunks: the test waits on reading the line, not on embedding ~5 000 small chunks.
@@ -106,7 +105,7 @@ describe('embedded: SIGKILL while a hostile document is read', () => {
 
     // The second claim read it; the first counted an attempt only if the kill came after the
     // document was handed to its process (it may have come while the process started).
-    const db = await openEmbedded({ dataDir: join(tmp, 'data') })
+    const db = await openEmbedded({ dataDir: join(tmp, 'hostile') })
     try {
       const [row] = await db.sql<{ attempts: number; processing_attempts: number; error: unknown }[]>`select attempts, processing_attempts, error from documents where id = ${id}`
       expect(row).toMatchObject({ processing_attempts: 0, error: null })
@@ -115,36 +114,23 @@ describe('embedded: SIGKILL while a hostile document is read', () => {
       await db.close()
     }
   }, DOCUMENT_LEASE_MS + 120_000)
-})
 
-/**
- * A document process does not outlive its service (docs/knowledge.md "Limits: the document
- * process"): a text of 40 MB on one line keeps it busy for many seconds (its main thread inside the
- * chunker and local-embed, deaf to its closed channel); the service is SIGKILLed mid-document. The
- * process' watchdog thread sees its parent gone (its ppid changes) and ends it within a poll
- * (WATCHDOG_POLL_MS, 100 ms); the target is 1 s, asserted here with room for a busy machine (5 s),
- * the time it took printed. Measured (2 cores at load ~30): 1 ms and 17 ms. This test alone does
- * not tell the watchdog from the closed IPC channel: without the watchdog it measured 2 ms and
- * 135 ms too, the reading being between asynchronous steps when the kill came (a 15 MiB Word
- * document: 2 ms). What only the watchdog covers, a main thread busy in synchronous work (a child
- * spinning 8 s outlived its SIGKILLed parent by 7.6 s; its own limits while the service cannot act),
- * is tested in tests/unit/document-sandbox.test.ts ("holds its time limit itself").
- */
-describe('embedded: SIGKILL in the middle of a long document', () => {
-  let tmp: string
-  let sp: ServiceProcess
-  const rootKey = generateKey()
-
-  beforeAll(() => {
-    tmp = mkdtempSync(join(tmpdir(), 'ap-e2e-knowledge-orphan-'))
-  })
-  afterAll(async () => {
-    await killAll()
-    if (tmp) rmSync(tmp, { recursive: true, force: true })
-  })
-
-  test('the document process exits within a second of its service', async () => {
-    sp = spawnService({ env: { ...EMBEDDED, DATA_DIR: join(tmp, 'data'), BOOTSTRAP_API_KEY: rootKey, RATE_LIMIT_BURST: '100000', RATE_LIMIT_PER_SECOND: '100000' } })
+  /**
+   * A document process does not outlive its service (docs/knowledge.md "Limits: the document
+   * process"): a text of 40 MB on one line keeps it busy for many seconds (its main thread inside the
+   * chunker and local-embed, deaf to its closed channel); the service is SIGKILLed mid-document. The
+   * process' watchdog thread sees its parent gone (its ppid changes) and ends it within a poll
+   * (WATCHDOG_POLL_MS, 100 ms); the target is 1 s, asserted here with room for a busy machine (5 s),
+   * the time it took printed. Measured (2 cores at load ~30): 1 ms and 17 ms. This test alone does
+   * not tell the watchdog from the closed IPC channel: without the watchdog it measured 2 ms and
+   * 135 ms too, the reading being between asynchronous steps when the kill came (a 15 MiB Word
+   * document: 2 ms). What only the watchdog covers, a main thread busy in synchronous work (a child
+   * spinning 8 s outlived its SIGKILLed parent by 7.6 s; its own limits while the service cannot act),
+   * is tested in tests/unit/document-sandbox.test.ts ("holds its time limit itself").
+   */
+  test('in the middle of a long document: the document process exits within a second of its service', async () => {
+    const rootKey = generateKey()
+    const sp = spawnService({ env: { ...EMBEDDED, DATA_DIR: join(tmp, 'orphan'), BOOTSTRAP_API_KEY: rootKey, RATE_LIMIT_BURST: '100000', RATE_LIMIT_PER_SECOND: '100000' } })
     await sp.ready(120_000)
     const call = (method: string, path: string, body?: unknown) => apiCall(sp, rootKey, method, path, body)
     const ws = await call('POST', '/v1/workspaces', { name: 'Orphans' })

@@ -45,12 +45,10 @@ const gone = (pid: number) => {
 const startTime = (pid: number) => stat(pid)![19]!
 const lockHolder = (dataDir: string) => Number(readFileSync(join(dataDir, 'pglite.lock'), 'utf8').split('\n')[0])
 
-/**
- * One DATA_DIR for every test, in order, each leaving it unlocked: a fresh embedded database takes
- * seconds to initialise, a second start on it far less.
- */
+/** A DATA_DIR of the test's own (a fresh one starts from the migrated template: a copy), so that tests can run together. */
+let dataDirs = 0
 function dataDirOf(): string {
-  const dir = join(tmp, 'data')
+  const dir = join(tmp, `data-${++dataDirs}`)
   mkdirSync(dir, { recursive: true })
   return dir
 }
@@ -86,7 +84,8 @@ describe('the `bun start` launcher', () => {
   }, 60_000)
 })
 
-describe('a DATA_DIR lock held by another process', () => {
+// Each with its own data directory and holder, mostly waiting on processes: run together.
+describe.concurrent('a DATA_DIR lock held by another process', () => {
   test('a holder that is exiting (a zombie) is waited for, and the start goes on once it is gone', async () => {
     const dataDir = dataDirOf()
     // `sleep 0.1 &` exits at once, and its parent, replaced by `exec sleep 60`, never wait()s for it:
