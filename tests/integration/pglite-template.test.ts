@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { openEmbedded } from '../../src/store/db'
 import { loadMigrations, migrate } from '../../src/store/migrate'
-import { makeTemplate } from '../../src/store/pglite-template'
+import { makeTemplate, templateDir } from '../../src/store/pglite-template'
 
 setDefaultTimeout(TEST_TIMEOUT_MS)
 
@@ -20,7 +20,8 @@ const all = loadMigrations().map((m) => m.version)
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'ap-template-'))
-  template = await makeTemplate(join(dir, 'template'))
+  // The installation's own (bun install makes it), read only; made here if it is missing.
+  template = existsSync(templateDir()) ? templateDir() : await makeTemplate(join(dir, 'template'))
 }, 60_000)
 
 afterAll(() => rmSync(dir, { recursive: true, force: true }))
