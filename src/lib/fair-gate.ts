@@ -3,10 +3,10 @@
  * more than its share while several keys have work (`slots` divided by the keys with pieces in flight
  * or waiting, or present, at least one each). A key is present between `enter` and `leave` (a run
  * being driven, between its steps): its share is kept free for it then, so a step of a workspace with
- * one run does not arrive to find every slot taken by another's. Which waiting piece goes next is start-time fair queuing, every
- * piece counted alike: a piece is tagged, when it arrives, with the later of the gate's virtual time
- * (the tag of the last piece let in) and the tag after its key's previous piece, and the smallest tag
- * goes first (the earliest to arrive among equals). A key that queues a thousand pieces tags them one
+ * one run does not arrive to find every slot taken by another's. Which waiting piece goes next is
+ * start-time fair queuing, every piece counted alike: a piece is tagged, when it arrives, with the
+ * later of the gate's virtual time (the tag of the last piece let in) and the tag after its key's
+ * previous piece, and the smallest tag goes first (the earliest to arrive among equals). A key that queues a thousand pieces tags them one
  * after another, so a key with one piece arriving later is tagged before all but the first of them:
  * it waits for the pieces in flight, not for the thousand (docs/workflows.md, "Fair shares between
  * workspaces").
