@@ -99,8 +99,8 @@ const idle: Kept[] = []
  */
 const KEEP_IDLE = Number(process.env.TEST_DB_KEEP ?? 2)
 const KEEP_MEMORY_BYTES = 320 * 1024 * 1024
-/** The template as a fresh instance has it: its relations, and its schema's fingerprint. */
-let template: Promise<{ relations: Set<string>; print: string }> | null = null
+/** The template as a fresh instance has it: its relations, its tables but the migrations' own, and its schema's fingerprint. */
+let template: Promise<{ relations: Set<string>; tables: string[]; print: string }> | null = null
 
 async function leaseEmbedded(efSearch?: number): Promise<Database> {
   let kept = idle.pop()
@@ -112,7 +112,9 @@ async function leaseEmbedded(efSearch?: number): Promise<Database> {
     template ??= (async () => {
       const sql = embeddedClient(own.host, own.port)
       try {
-        return { relations: new Set((await relations(sql)).map((r) => r.name)), print: await fingerprint(sql) }
+        const all = await relations(sql)
+        const tables = all.filter((r) => (r.kind === 'r' || r.kind === 'p') && r.name !== 'public.schema_migrations').map((r) => r.name)
+        return { relations: new Set(all.map((r) => r.name)), tables, print: await fingerprint(sql) }
       } finally {
         await sql.end()
       }
@@ -140,7 +142,7 @@ async function leaseEmbedded(efSearch?: number): Promise<Database> {
 
 /** Back to the template's state; false when that cannot be done (then the instance is closed). */
 async function reset(kept: Kept): Promise<boolean> {
-  const { relations: known, print } = await template!
+  const { relations: known, tables, print } = await template!
   const sql = embeddedClient(kept.host, kept.port)
   try {
     await sql.unsafe('discard all')
@@ -150,8 +152,8 @@ async function reset(kept: Kept): Promise<boolean> {
       const what = { v: 'view', m: 'materialized view', r: 'table', p: 'table', i: 'index', S: 'sequence', c: 'type' }[r.kind]
       if (what) await sql.unsafe(`drop ${what} if exists ${r.name} cascade`)
     }
-    const tables = (await relations(sql)).filter((r) => (r.kind === 'r' || r.kind === 'p') && r.name !== 'public.schema_migrations')
-    if (tables.length > 0) await sql.unsafe(`truncate ${tables.map((t) => t.name).join(', ')} cascade`)
+    // What is left is the template's (else the fingerprint below tells): its tables, emptied.
+    if (tables.length > 0) await sql.unsafe(`truncate ${tables.join(', ')} cascade`)
     await sql.unsafe(`delete from pg_statistic where starelid in (select c.oid from pg_class c join pg_namespace n on n.oid = c.relnamespace where n.nspname = 'public')`)
     return (await fingerprint(sql)) === print
   } finally {
