@@ -1,7 +1,7 @@
 import { join } from 'node:path'
 import pino, { type Logger } from 'pino'
 import type { Config } from './config'
-import type { Deps } from './deps'
+import type { AccessEntry, Deps } from './deps'
 import { ApiKeys } from './domain/api-keys'
 import { loadCatalog } from './domain/models/catalog'
 import { createGateway } from './domain/models'
@@ -10,6 +10,7 @@ import { AccessCache } from './domain/access-cache'
 import { createMetrics } from './lib/metrics'
 import { startTracing, stopTracing } from './lib/tracing'
 import { redactUrls } from './lib/redact-url'
+import { WakeUps } from './lib/wake-ups'
 import { loadSecretKey, SecretBox } from './lib/secret-box'
 import { requireSecretKey, verifySecretKey } from './domain/secret-key'
 import { openEmbedded, openPostgres, type Database } from './store/db'
@@ -21,7 +22,7 @@ import { documentLeases } from './store/knowledge'
 import { templateDir } from './store/pglite-template'
 import { openRedis, type RedisPort } from './store/redis'
 import { IDEMPOTENCY_PREFIX, InFlightOwner } from './store/idempotency'
-import { Timers } from './workers/timers'
+import { Timers } from './store/redis/timers'
 
 let destination: ReturnType<typeof pino.destination> | null = null
 
@@ -59,15 +60,6 @@ function serializeError(err: unknown): unknown {
   const o = out as Record<string, unknown>
   for (const [k, v] of Object.entries(o)) if (typeof v === 'string') o[k] = redactUrls(v)
   return o
-}
-
-export interface AccessEntry {
-  request_id: string
-  method: string
-  path: string
-  route: string
-  status: number
-  ms: number
 }
 
 /**
@@ -141,9 +133,9 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
     accessCache = cache
     // Before the journal's replay below: its charges are announced to the other processes too.
     if (db.kind !== 'pglite') await accessCache.start(redis, log)
-    const events = { nudge: () => {} }
+    const wake = new WakeUps()
     // Charges a process journaled and did not write (it was killed) are written before anything is served.
-    const charges = await ChargeOutbox.open({ sql: db.sql, dir: join(config.dataDir, 'credits'), log, flushMs: config.creditsFlushMs, genericPlan: db.kind === 'postgres', nudgeEvents: () => events.nudge(), spent: (totals) => cache.spent(totals) })
+    const charges = await ChargeOutbox.open({ sql: db.sql, dir: join(config.dataDir, 'credits'), log, flushMs: config.creditsFlushMs, genericPlan: db.kind === 'postgres', nudgeEvents: () => wake.nudge('events'), spent: (totals) => cache.spent(totals) })
     const files = openFileStore(config.storage, db.sql)
     log.info(`uploaded originals are kept in ${files.describe}`)
     return {
@@ -156,13 +148,10 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
       apiKeys,
       metrics: createMetrics({ defaults: opts.defaultMetrics }),
       secretBox,
-      timers: new Timers(redis),
-      events,
-      runs: { nudge: () => {} },
-      documents: { nudge: () => {} },
-      indexer: { nudge: () => {} },
+      timers: new Timers(redis, wake),
+      wake,
       files,
-      models: createGateway({ sql: db.sql, log, catalog, nudgeEvents: () => events.nudge(), charges, access: accessCache }),
+      models: createGateway({ sql: db.sql, log, catalog, nudgeEvents: () => wake.nudge('events'), charges, access: accessCache }),
     }
   } catch (err) {
     await accessCache?.stop().catch(() => {})

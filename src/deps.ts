@@ -1,15 +1,25 @@
 import type { Logger } from 'pino'
-import type { AccessEntry } from './boot'
 import type { Config } from './config'
 import type { ApiKeys } from './domain/api-keys'
 import type { Gateway } from './domain/models/gateway'
 import type { Metrics } from './lib/metrics'
 import type { Database } from './store/db'
 import type { SecretBox } from './lib/secret-box'
+import type { WakeUps } from './lib/wake-ups'
 import type { FileStore } from './store/files'
 import type { InFlightOwner } from './store/idempotency'
 import type { RedisPort } from './store/redis'
-import type { Timers } from './workers/timers'
+import type { Timers } from './store/redis/timers'
+
+/** One line of the access log. */
+export interface AccessEntry {
+  request_id: string
+  method: string
+  path: string
+  route: string
+  status: number
+  ms: number
+}
 
 /** Everything a request may need, built once at start-up (main.ts) or per test file. */
 export interface Deps {
@@ -27,14 +37,12 @@ export interface Deps {
   secretBox: SecretBox
   /** Durable timers in Redis (webhook retries, later run waits). */
   timers: Timers
-  /** `nudge()` after committing outbox events wakes this process' fan-out worker, if it runs one. */
-  events: { nudge: () => void }
-  /** `nudge()` after creating a run wakes this process' run worker, if it runs one. */
-  runs: { nudge: () => void }
-  /** `nudge()` after storing a document (or asking for a reparse) wakes this process' document worker, if it runs one. */
-  documents: { nudge: () => void }
-  /** `nudge()` after a document became ready wakes this process' chunk indexer, if it runs one. */
-  indexer: { nudge: () => void }
+  /**
+   * `wake.nudge(kind)` after a commit wakes this process' worker of that kind, if it runs one:
+   * `events` (outbox events), `runs` (a run created), `documents` (a document stored or to reparse),
+   * `indexer` (a document ready), `timers` (a timer due now).
+   */
+  wake: WakeUps
   /**
    * Uploaded originals, where STORAGE_URL says: DATA_DIR/files (embedded), PostgreSQL (server mode)
    * or an S3 bucket; never a disk another process writes (docs/deployment.md, "Where uploaded files live").

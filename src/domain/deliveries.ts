@@ -17,6 +17,9 @@ import { loadSnapshot } from '../machines/definition'
 
 export type DeliveryStep = Step<DeliveryContext, DeliveryEffect>
 
+/** The kind of a delivery's timer: `delivery:<id>` fires its next attempt. */
+export const DELIVERY_TIMER = 'delivery'
+
 /**
  * How long an attempt may sit in `sending` before another worker counts it as abandoned: twice the
  * receiver time-out plus a second, so a live worker always reports first.

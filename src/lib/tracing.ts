@@ -132,6 +132,34 @@ export async function withSpan<T>(
 }
 
 /**
+ * The try/catch/finally of a span the caller started (and may have given attributes to first): the
+ * span is failed when `fn` throws and ended however `fn` settles. `null` (tracing off) runs `fn` alone.
+ */
+export async function endAfter<T>(span: Span | null, fn: () => Promise<T>): Promise<T> {
+  if (!span) return fn()
+  try {
+    return await fn()
+  } catch (err) {
+    failSpan(span, err)
+    throw err
+  } finally {
+    span.end()
+  }
+}
+
+/** `endAfter` for a stream: the span ends when the stream does (finished, failed, or left by its reader). */
+export async function* endAfterStream<T>(span: Span, stream: AsyncGenerator<T>): AsyncGenerator<T> {
+  try {
+    yield* stream
+  } catch (err) {
+    failSpan(span, err)
+    throw err
+  } finally {
+    span.end()
+  }
+}
+
+/**
  * Error status and an exception event (the error's name and message; the stack stays in the logs).
  * A URL in the message keeps only its origin: an outgoing call's path and query never reach a span.
  */

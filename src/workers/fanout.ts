@@ -6,8 +6,8 @@ import { insertDeliveries, type NewDelivery } from '../store/deliveries'
 import { claimUndispatchedEvents, markEventsDispatched } from '../store/events'
 import { enabledWebhooksOf } from '../store/webhooks'
 import { PollingLoop } from './loop'
-import type { Timers } from './timers'
-import { DELIVERY_TIMER } from './webhook-deliveries'
+import type { Timers } from '../store/redis/timers'
+import { DELIVERY_TIMER } from '../domain/deliveries'
 
 const BATCH = 500
 

@@ -6,7 +6,8 @@ import { rebuildDeliveryTimers, startMaintenance } from './maintenance'
 import { TimerLoop } from './timers'
 import { RUN_TIMER, RunWorker } from './runs'
 import { ScheduleWorker } from './schedules'
-import { DELIVERY_TIMER, DeliveryWorker } from './webhook-deliveries'
+import { DeliveryWorker } from './webhook-deliveries'
+import { DELIVERY_TIMER } from '../domain/deliveries'
 import { subscribeWakeUps } from './wake'
 
 /**
@@ -35,11 +36,13 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
   const fanOut = new FanOut(d)
   const rebuilt = await rebuildDeliveryTimers(d.sql, d.timers)
   if (rebuilt > 0) deps.log.info({ count: rebuilt }, 'webhook deliveries in progress: timers re-armed')
-  deps.timers.nudge = () => loop.nudge()
-  deps.events.nudge = () => fanOut.nudge()
-  deps.runs.nudge = () => runs.nudge()
-  deps.documents.nudge = () => documents.nudge()
-  deps.indexer.nudge = () => indexer.nudge()
+  const offs = [
+    deps.wake.on('timers', () => loop.nudge()),
+    deps.wake.on('events', () => fanOut.nudge()),
+    deps.wake.on('runs', () => runs.nudge()),
+    deps.wake.on('documents', () => documents.nudge()),
+    deps.wake.on('indexer', () => indexer.nudge()),
+  ]
   // API-only processes announce new runs, documents and events here (server mode).
   const unsubscribeWakeUps = await subscribeWakeUps(deps.redis, { runs, documents, events: fanOut }, deps.log)
   loop.start()
@@ -59,11 +62,7 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
     async stop() {
       stopMaintenance()
       await unsubscribeWakeUps().catch(() => {})
-      deps.timers.nudge = () => {}
-      deps.events.nudge = () => {}
-      deps.runs.nudge = () => {}
-      deps.documents.nudge = () => {}
-      deps.indexer.nudge = () => {}
+      for (const off of offs) off()
       await Promise.all([loop.stop(), fanOut.stop(), runs.stop(), documents.stop(), schedules.stop(), indexer.stop()])
       await deliveries.drain()
     },

@@ -4,8 +4,8 @@ import { deleteSettledDeliveries, listDueDeliveries } from '../store/deliveries'
 import { deleteDispatchedEvents } from '../store/events'
 import { deleteExpiredWrites } from '../store/idempotent-writes'
 import type { RedisPort } from '../store/redis'
-import type { Timers } from './timers'
-import { DELIVERY_TIMER } from './webhook-deliveries'
+import type { Timers } from '../store/redis/timers'
+import { DELIVERY_TIMER } from '../domain/deliveries'
 
 /** Deliveries (and the outbox rows behind them) are kept 7 days (docs/webhooks.md, "How it runs"). */
 export const RETENTION_MS = 7 * 86_400_000

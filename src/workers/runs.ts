@@ -15,7 +15,7 @@ import * as runs from '../store/runs'
 import { getWorkflowVersion } from '../store/workflows'
 import { LeaseWorker } from './lease-worker'
 import { FairGate } from '../lib/fair-gate'
-import type { TimerHandler } from './timers'
+import type { TimerHandler } from '../store/redis/timers'
 import { contextFrom, contextWith, failSpan, markError, runIn, startSpan, tracingOn, type Context, type Span } from '../lib/tracing'
 
 export { RUN_TIMER }

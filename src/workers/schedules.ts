@@ -38,7 +38,7 @@ export class ScheduleWorker extends PollingLoop {
     if (at === null) return false
     if (at.getTime() > Date.now()) return this.arm(at), false
     const { claimed, started } = await fireDueSchedules(this.deps, BATCH)
-    if (started.length > 0) this.deps.runs.nudge()
+    if (started.length > 0) this.deps.wake.nudge('runs')
     if (claimed === BATCH) return true
     const next = await nextScheduleAt(this.deps.db.sql)
     if (next) this.arm(next)

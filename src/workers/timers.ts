@@ -2,39 +2,8 @@ import type { Logger } from 'pino'
 import { Histogram } from 'prom-client'
 import type { Metrics } from '../lib/metrics'
 import type { RedisPort } from '../store/redis'
+import type { TimerHandler } from '../store/redis/timers'
 import { PollingLoop } from './loop'
-
-/**
- * Durable time (STYLE habit 5): one Redis sorted set of timers with predictable ids `<kind>:<id>`,
- * claimed atomically (each fires in exactly one process), rebuilt from Postgres at start-up by the
- * owner of each kind. A stale or repeated timer is harmless: the machine ignores events its state
- * does not accept.
- */
-export interface TimerHandler {
-  /** How many more timers this handler can take now (back-pressure: unclaimed timers wait in Redis). */
-  capacity(): number
-  /** Must re-arm or cancel every timer it is given (else each fires again after CLAIM_LEASE_MS). */
-  fire(ids: string[]): Promise<void>
-}
-
-export const timerId = (kind: string, id: string) => `${kind}:${id}`
-
-/** Arms and disarms timers from anywhere (routes, workers); `nudge` wakes this process' loop. */
-export class Timers {
-  nudge: () => void = () => {}
-
-  constructor(private readonly redis: RedisPort) {}
-
-  /** `at: null` cancels. Idempotent: the id is predictable, so re-arming only moves the due time. */
-  async schedule(kind: string, items: readonly { id: string; at: Date | null }[]): Promise<void> {
-    if (items.length === 0) return
-    const now = Date.now()
-    await Promise.all(
-      items.map((t) => (t.at ? this.redis.scheduleTimer(timerId(kind, t.id), t.at.getTime(), kind) : this.redis.cancelTimer(timerId(kind, t.id)))),
-    )
-    if (items.some((t) => t.at && t.at.getTime() <= now)) this.nudge()
-  }
-}
 
 /** Polls every 25 ms when idle: p99 lateness well under the 1 s target without busy Redis traffic. */
 const IDLE_POLL_MS = 25

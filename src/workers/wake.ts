@@ -1,5 +1,6 @@
 import type { Logger } from 'pino'
 import type { Deps } from '../deps'
+import type { WakeKind } from '../lib/wake-ups'
 import type { RedisPort, Unsubscribe } from '../store/redis/port'
 
 /**
@@ -11,20 +12,20 @@ import type { RedisPort, Unsubscribe } from '../store/redis/port'
  * back to when a message is lost.
  */
 export const WAKE_CHANNEL = 'workers:wake'
-export const WAKE_KINDS = ['runs', 'documents', 'events'] as const
-export type WakeKind = (typeof WAKE_KINDS)[number]
+export const WAKE_KINDS = ['runs', 'documents', 'events'] as const satisfies readonly WakeKind[]
+type Published = (typeof WAKE_KINDS)[number]
 
 /** API-only processes: each nudge becomes a message, one at a time per kind (nudges made meanwhile are one more message after it). */
-export function publishWakeUps(deps: Pick<Deps, WakeKind | 'redis'>): void {
-  for (const kind of WAKE_KINDS) deps[kind].nudge = coalesced(() => deps.redis.publish(WAKE_CHANNEL, kind))
+export function publishWakeUps(deps: Pick<Deps, 'wake' | 'redis'>): void {
+  for (const kind of WAKE_KINDS) deps.wake.on(kind, coalesced(() => deps.redis.publish(WAKE_CHANNEL, kind)))
 }
 
 /** Worker processes with a shared Redis: a message names the kind of worker to nudge. */
-export async function subscribeWakeUps(redis: RedisPort, targets: Record<WakeKind, { nudge(): void }>, log: Logger): Promise<Unsubscribe> {
+export async function subscribeWakeUps(redis: RedisPort, targets: Record<Published, { nudge(): void }>, log: Logger): Promise<Unsubscribe> {
   if (redis.kind !== 'redis') return async () => {}
   try {
     return await redis.subscribe(WAKE_CHANNEL, (kind) => {
-      if ((WAKE_KINDS as readonly string[]).includes(kind)) targets[kind as WakeKind].nudge()
+      if ((WAKE_KINDS as readonly string[]).includes(kind)) targets[kind as Published].nudge()
     })
   } catch (err) {
     log.warn({ err }, `workers: wake-ups from API processes unavailable (pub/sub failed); new work is found at the next idle look`)

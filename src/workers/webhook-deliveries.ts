@@ -1,19 +1,18 @@
 import type { Logger } from 'pino'
 import { Counter, Histogram } from 'prom-client'
 import type { Config } from '../config'
-import { advanceDelivery } from '../domain/deliveries'
+import { advanceDelivery, DELIVERY_TIMER } from '../domain/deliveries'
 import { urlPolicy } from '../domain/webhooks'
 import type { Metrics } from '../lib/metrics'
 import type { SecretBox } from '../lib/secret-box'
 import type { Pool } from '../store/db'
 import * as store from '../store/deliveries'
 import { clearFailureStreaks, recordFailures } from '../store/webhooks'
-import type { TimerHandler, Timers } from './timers'
+import type { TimerHandler, Timers } from '../store/redis/timers'
 import { sendDelivery, type SendResult } from './webhook-sender'
 import { redactUrls } from '../lib/redact-url'
 import { contextFrom, contextWith, failSpan, markError, runIn, SpanKind, startSpan, tracingOn, type TraceCarrier } from '../lib/tracing'
 
-export const DELIVERY_TIMER = 'delivery'
 
 interface Sending {
   id: string

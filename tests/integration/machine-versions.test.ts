@@ -8,7 +8,7 @@ import { runDefinition } from '../../src/machines/workflow-run.machine'
 import * as knowledge from '../../src/store/knowledge'
 import { insertDeliveries } from '../../src/store/deliveries'
 import { findRun, insertRun, type RunRow } from '../../src/store/runs'
-import { DELIVERY_TIMER } from '../../src/workers/webhook-deliveries'
+import { DELIVERY_TIMER } from '../../src/domain/deliveries'
 import { waitFor } from '../helpers/harness'
 import { startRunsEnv, type RunsEnv } from '../helpers/runs'
 

@@ -116,7 +116,7 @@ export async function prepareTurn(deps: Deps, caller: Caller, agentId: string, i
     await emit(tx, agent.workspace_id, 'agent.message.received', { agent_id: agent.id, conversation_id: conv.id, user_id: input.user_id, message_id: userMessageId, content: input.message })
     return conv
   })
-  deps.events.nudge()
+  deps.wake.nudge('events')
   // The request's span, captured here: a streamed turn runs after the route has answered.
   const parent = tracingOn ? activeContext() : undefined
 
@@ -371,7 +371,7 @@ class TurnRunner {
       }
       for (const c of this.charges) await chargeIn(tx, c)
     }).finally(() => accessCommitted([...new Set(this.charges.map((c) => spendId(c.workspace_id)))]))
-    if (this.charges.length > 0) this.deps.events.nudge()
+    if (this.charges.length > 0) this.deps.wake.nudge('events')
     return produced ? id : null
   }
 }

@@ -125,7 +125,7 @@ export async function updateKnowledgeBase(deps: Deps, caller: Caller, id: string
     if (modelChange && input.reembed) await requeueAll(tx, row)
     return row
   }))
-  if (modelChange && input.reembed) deps.documents.nudge()
+  if (modelChange && input.reembed) deps.wake.nudge('documents')
   return updated
 }
 

@@ -104,7 +104,7 @@ async function insertStored(
     machine_version: DOCUMENT_MACHINE_VERSION,
     created_by: caller.userId,
   }, written)
-  deps.documents.nudge()
+  deps.wake.nudge('documents')
   return row
 }
 
@@ -189,7 +189,7 @@ export async function reparseDocument(deps: Deps, caller: Caller, id: string): P
     const now = await store.findDocument(deps.db.sql, id)
     throw new AppError('conflict', `document ${id} is ${now?.status ?? 'gone'}; only a ready or failed document can be re-parsed`)
   }
-  deps.documents.nudge()
+  deps.wake.nudge('documents')
   return row
 }
 

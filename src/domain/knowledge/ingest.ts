@@ -97,7 +97,7 @@ export async function ingestDocument(
     // Claimed in `embedding`: a worker died there, some positions may be written already.
     await embedAndWrite(deps, owner, doc, kb, chunks, claimed.status === 'embedding', signal)
     await advance([{ type: 'indexed' }], { ready: { chunks: chunks.length } })
-    deps.indexer.nudge()
+    deps.wake.nudge('indexer')
   } catch (err) {
     if (!(err instanceof IngestFailure)) throw err
     await advance([{ type: 'failed', code: err.code, message: err.message }])

@@ -65,5 +65,5 @@ async function announce(deps: Deps, ended: runs.RunRow[]): Promise<void> {
   ])
   const parked = ended.filter((r) => r.wake_at !== null)
   if (parked.length > 0) await deps.timers.schedule(RUN_TIMER, parked.map((r) => ({ id: r.id, at: null }))).catch(() => {})
-  deps.events.nudge()
+  deps.wake.nudge('events')
 }

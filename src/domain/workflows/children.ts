@@ -93,7 +93,7 @@ export function childPort(
             else running.set(child.id, i)
             added = true
           }
-          if (added) deps.runs.nudge()
+          if (added) deps.wake.nudge('runs')
           if (running.size === 0 && next >= inputs.length) return ends
           await idle(
             new Promise<void>((resolve) => {

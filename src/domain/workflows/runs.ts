@@ -57,7 +57,7 @@ export async function startRun(
     machine_version: RUN_MACHINE_VERSION,
     request_id: opts.requestId,
   }, key)
-  deps.runs.nudge()
+  deps.wake.nudge('runs')
   return row
 }
 
@@ -132,7 +132,7 @@ export async function submitInput(deps: Deps, caller: Caller, runId: string, bod
     if (!saved) continue
     await published(deps.redis, saved)
     await deps.timers.schedule(RUN_TIMER, [{ id: runId, at: null }])
-    deps.runs.nudge()
+    deps.wake.nudge('runs')
     return saved
   }
   throw new AppError('conflict', `run ${runId} kept changing while the input was being saved; retry`)
