@@ -1,6 +1,6 @@
 /**
  * `bun run bench:agents`: an agent's chat turn beside its ceiling, the same upstream called
- * directly, in the same run (issue 7's targets). Three processes: this client, the real service
+ * directly, in the same run (targets in bench/README.md). Three processes: this client, the real service
  * (`bun run src/main.ts`, embedded default, LOG_LEVEL=warn) and the fake OpenAI-compatible provider
  * (bench/fake-provider-server.ts) answering at once (20 one-token chunks, no delay).
  *

@@ -1,5 +1,5 @@
 /**
- * `bun run bench:console`: the console's first paint on loopback (issue 8: < 1 s), beside its ceiling
+ * `bun run bench:console`: the console's first paint on loopback (target: < 1 s), beside its ceiling
  * measured in the same run, Debian's Chromium painting a bare page from a bare Bun.serve. Headless
  * Chromium (the browser test's flags) through Playwright; every visit in a fresh browser context, so
  * nothing is cached: the page, its stylesheet and its script come over the wire each time.

@@ -1,6 +1,6 @@
 /**
  * `bun run bench:models`: the model gateway beside its ceiling, the same upstream called directly,
- * measured in the same run (issue 4's performance targets). Three processes: this client, the real
+ * measured in the same run (targets in bench/README.md). Three processes: this client, the real
  * service (`bun run src/main.ts`, embedded default, LOG_LEVEL=warn) and the fake OpenAI-compatible
  * provider (bench/fake-provider-server.ts), so none shares an event loop with another.
  *

@@ -1,6 +1,6 @@
 /**
- * `bun run bench:runs`: the workflow engine's overhead beside its storage ceiling (issue 5's
- * performance targets). Two processes at a time: this client and the real service (`bun run
+ * `bun run bench:runs`: the workflow engine's overhead beside its storage ceiling (the
+ * targets in bench/README.md). Two processes at a time: this client and the real service (`bun run
  * src/main.ts`, embedded default, LOG_LEVEL=warn, API and workers in one process); then, once the
  * service has stopped, the ceiling (bench/runs-ceiling.ts) on the same data directory.
  *

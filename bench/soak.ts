@@ -1,5 +1,5 @@
 /**
- * `bun run bench:soak`: a bounded soak (issue 9). The real service (`bun run src/main.ts`, embedded
+ * `bun run bench:soak`: a bounded soak. The real service (`bun run src/main.ts`, embedded
  * default, LOG_LEVEL=warn) under SOAK_SECONDS (180) of mixed traffic from SOAK_CONCURRENCY (8)
  * clients in this process, each looping over one of: a workspace read, a synchronous workflow run
  * (start → template → end), a chat turn with a local-chat agent over a small knowledge base, a text

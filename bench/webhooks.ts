@@ -1,5 +1,5 @@
 /**
- * Webhook delivery throughput beside its ceiling (issue 3): 10 000 outbox events, each to 5 webhooks
+ * Webhook delivery throughput beside its ceiling: 10 000 outbox events, each to 5 webhooks
  * (50 000 deliveries), to a loopback HTTPS receiver that answers 200 at once; the ceiling is the same
  * HTTP client (sendDelivery) posting the same requests to the same receiver at the same concurrency
  * with no store, Redis or machine. Then timer lateness: 5 000 deliveries whose first attempt gets a

@@ -89,5 +89,3 @@ export function buildApp(deps: Deps) {
   built = app
   return app
 }
-
-export type App = ReturnType<typeof buildApp>

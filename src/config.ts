@@ -1,3 +1,4 @@
+import type { TracingConfig } from './lib/tracing'
 import { Type, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { existsSync, statSync } from 'node:fs'
@@ -95,6 +96,8 @@ const Env = Type.Object({
 
 export type Env = Static<typeof Env>
 
+export type { TracingConfig }
+
 export interface Config {
   port: number
   host: string
@@ -182,20 +185,6 @@ export interface Config {
  * bucket; its secret key and session token are not enumerable, so no log or JSON of the config shows them.
  */
 export type StorageConfig = { kind: 'file'; dir: string } | { kind: 'postgres'; legacyDir: string | null } | ({ kind: 's3' } & S3Settings)
-
-export interface TracingConfig {
-  /** Where spans are POSTed: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given, or OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces. */
-  url: string
-  /** OTEL_EXPORTER_OTLP_HEADERS, decoded (values are secrets: never logged). */
-  headers: Record<string, string>
-  serviceName: string
-  resourceAttributes: Record<string, string>
-  sampler: string
-  samplerArg: number
-  scheduleDelayMs: number
-  /** Prompts and completions on GenAI spans (OTEL_GENAI_CAPTURE_CONTENT=true); off by default. */
-  captureContent: boolean
-}
 
 export class ConfigError extends Error {
   constructor(readonly variable: string, message: string) {

@@ -35,7 +35,7 @@ export interface Deps {
   metrics: Metrics
   /** Seals and opens secrets kept at rest (webhook secrets). */
   secretBox: SecretBox
-  /** Durable timers in Redis (webhook retries, later run waits). */
+  /** Durable timers in Redis: webhook retries (`delivery:<id>`) and run waits (`run:<id>`). */
   timers: Timers
   /**
    * `wake.nudge(kind)` after a commit wakes this process' worker of that kind, if it runs one:

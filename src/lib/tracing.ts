@@ -10,7 +10,6 @@ import {
   type Span,
   type Tracer,
 } from '@opentelemetry/api'
-import type { TracingConfig } from '../config'
 import { redactUrls } from './redact-url'
 
 /**
@@ -157,6 +156,21 @@ export async function* endAfterStream<T>(span: Span, stream: AsyncGenerator<T>):
   } finally {
     span.end()
   }
+}
+
+/** Where and how spans are exported (read from the OTEL_* variables by src/config.ts). */
+export interface TracingConfig {
+  /** Where spans are POSTed: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given, or OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces. */
+  url: string
+  /** OTEL_EXPORTER_OTLP_HEADERS, decoded (values are secrets: never logged). */
+  headers: Record<string, string>
+  serviceName: string
+  resourceAttributes: Record<string, string>
+  sampler: string
+  samplerArg: number
+  scheduleDelayMs: number
+  /** Prompts and completions on GenAI spans (OTEL_GENAI_CAPTURE_CONTENT=true); off by default. */
+  captureContent: boolean
 }
 
 /**

@@ -7,17 +7,20 @@ import type { Sql } from '../store/db'
 import * as leases from '../store/leases'
 import { PollingLoop } from './loop'
 
-export interface LeasedRow {
+export interface LeasedRow<C = unknown> {
   id: string
-  snapshot: Persisted<unknown>
+  snapshot: Persisted<C>
   machine_version: number
 }
 
-export interface LeaseOptions {
+/** The machine context a row's snapshot holds. */
+type ContextOf<Row> = Row extends { snapshot: Persisted<infer C> } ? C : never
+
+export interface LeaseOptions<C> {
   /** What the log calls this worker ("run worker"). */
   what: string
   table: leases.LeaseTable
-  definition: MachineDefinition<any>
+  definition: MachineDefinition<C>
   /** A row is held this long without a heartbeat; heartbeats come every third of it. */
   leaseMs: number
   /** Rows worked on at once by this worker. */
@@ -35,7 +38,7 @@ export interface LeaseOptions {
  * another worker resumes it from its snapshot without waiting for the lease. A row whose snapshot
  * was written by a newer version of the service is never claimed (leases.claim) and never executed.
  */
-export abstract class LeaseWorker<Row extends LeasedRow> extends PollingLoop {
+export abstract class LeaseWorker<Row extends LeasedRow<C>, C = ContextOf<Row>> extends PollingLoop {
   readonly owner = `${process.pid}:${newId('req').slice(4, 14)}`
   protected readonly active = new Map<string, AbortController>()
   /** Rows being worked on by this worker now. */
@@ -48,7 +51,7 @@ export abstract class LeaseWorker<Row extends LeasedRow> extends PollingLoop {
 
   constructor(
     protected readonly sql: Sql,
-    protected readonly lease: LeaseOptions,
+    protected readonly lease: LeaseOptions<C>,
     log: Logger,
   ) {
     super(`${lease.what}: claiming`, lease.idleMs, log)
