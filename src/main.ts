@@ -8,6 +8,8 @@ import { DataDirLockedError } from './store/db'
 import { SecretKeyError } from './domain/secret-key'
 import { startWorkers } from './workers'
 import { publishWakeUps } from './workers/wake'
+import type { Logger } from 'pino'
+import type { Config } from './config'
 
 /** The parent as the process started: read before anything else, so a launcher gone during start-up is noticed too. */
 const launcherPid = process.ppid
@@ -25,16 +27,7 @@ async function main() {
   }
   const serveHttp = mode !== 'worker'
   const runWorkers = mode !== 'api'
-  let config
-  try {
-    config = loadConfig()
-  } catch (err) {
-    if (err instanceof ConfigError) {
-      console.error(err.message)
-      exit(2)
-    }
-    throw err
-  }
+  const config = configOrExit()
   if (!runWorkers && (!config.databaseUrl || !config.redisUrl)) {
     console.error('"api" mode needs DATABASE_URL and REDIS_URL: runs, deliveries and timers are executed by "worker" processes sharing them')
     exit(2)
@@ -51,36 +44,73 @@ async function main() {
       exit(1)
     }
   }
-  let deps
-  try {
-    deps = await openDeps(config, { log, defaultMetrics: true })
-  } catch (err) {
-    if (err instanceof DataDirLockedError) {
-      log.fatal(err.message)
-      exit(3)
-    }
-    if (err instanceof SecretKeyError) {
-      log.fatal(err.message)
-      exit(1)
-    }
-    if (err instanceof CatalogError) {
-      console.error(err.message)
-      exit(2)
-    }
-    log.fatal({ err }, 'start-up failed')
-    exit(1)
-  }
+  const deps = await depsOrExit(config, log)
   if (serveHttp) await bootstrapRootKey(deps)
   // No worker here to nudge: the worker processes are told over Redis.
   if (!runWorkers) publishWakeUps(deps)
   if (deps.redis.kind === 'memory') {
     log.warn('REDIS_URL is unset: using the in-process Redis stand-in (single process only)')
   }
-  let server: Awaited<ReturnType<typeof listen>> | null = null
-  let workers: { stop(): Promise<void> } = { stop: async () => {} }
-  let workersStarted: Promise<unknown> = Promise.resolve()
+  const running: Running = { server: null, workers: { stop: async () => {} }, workersStarted: Promise.resolve() }
+  const shutdown = shutdownOf(deps, running)
+  // Before the port opens: a SIGTERM sent as soon as /healthz answers (a supervisor, a test) stops
+  // the process gracefully instead of by the signal's default action (exit 143, the lock left behind).
+  process.on('SIGTERM', () => void shutdown('SIGTERM'))
+  process.on('SIGINT', () => void shutdown('SIGINT'))
+  if (serveHttp) running.server = await listenOrExit(deps)
+  if (runWorkers) await startWorkersOrExit(deps, running)
+  if (!runWorkers) log.info('API only (no workers): "worker" processes execute runs and deliveries')
+  if (!serveHttp) log.info({ database: deps.db.describe, redis: deps.redis.kind === 'redis' ? 'redis' : 'in-process' }, 'workers running (no HTTP)')
+  // Start-up lines are written at once; request lines are buffered (see createLogger).
+  flushLogs()
+  if (config.exitWithLauncher) followLauncher(deps, () => void shutdown('launcher exited'))
+}
+
+function configOrExit(): Config {
+  try {
+    return loadConfig()
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err
+    console.error(err.message)
+    return exit(2)
+  }
+}
+
+/** The store, Redis and the rest opened; each refusal with its own exit status (docs/deployment.md). */
+async function depsOrExit(config: Config, log: Logger): Promise<Deps> {
+  try {
+    return await openDeps(config, { log, defaultMetrics: true })
+  } catch (err) {
+    if (err instanceof DataDirLockedError) {
+      log.fatal(err.message)
+      return exit(3)
+    }
+    if (err instanceof SecretKeyError) {
+      log.fatal(err.message)
+      return exit(1)
+    }
+    if (err instanceof CatalogError) {
+      console.error(err.message)
+      return exit(2)
+    }
+    log.fatal({ err }, 'start-up failed')
+    return exit(1)
+  }
+}
+
+/** What a shutdown has to stop, filled in as start-up goes on. */
+interface Running {
+  server: Awaited<ReturnType<typeof listen>> | null
+  workers: { stop(): Promise<void> }
+  /** Workers still starting are stopped once they have started. */
+  workersStarted: Promise<unknown>
+}
+
+/** Graceful shutdown, once: no new connections, the requests, runs and deliveries in flight finished. */
+function shutdownOf(deps: Deps, running: Running): (signal: string) => Promise<void> {
+  const { log, config } = deps
   let stopping = false
-  const shutdown = async (signal: string) => {
+  return async (signal) => {
     if (stopping) return
     stopping = true
     log.info({ signal }, 'shutting down: no new connections, finishing requests and deliveries in flight')
@@ -90,10 +120,9 @@ async function main() {
     }, config.shutdownTimeoutMs)
     force.unref()
     try {
-      await server?.stop(false)
-      // Workers still starting are stopped once they have started.
-      await workersStarted.catch(() => {})
-      await workers.stop()
+      await running.server?.stop(false)
+      await running.workersStarted.catch(() => {})
+      await running.workers.stop()
       // After the requests and runs that could use them: the MCP servers see their sessions end.
       await closeMcpClients()
       await closeDeps(deps)
@@ -104,36 +133,29 @@ async function main() {
       exit(1)
     }
   }
-  // Before the port opens: a SIGTERM sent as soon as /healthz answers (a supervisor, a test) stops
-  // the process gracefully instead of by the signal's default action (exit 143, the lock left behind).
-  process.on('SIGTERM', () => void shutdown('SIGTERM'))
-  process.on('SIGINT', () => void shutdown('SIGINT'))
-  if (serveHttp) {
-    try {
-      server = await listen(deps)
-    } catch (err) {
-      // Taken between the check above and now (another process starting at the same moment).
-      if (!(err instanceof PortTakenError)) throw err
-      log.fatal(err.message)
-      await closeDeps(deps).catch(() => {})
-      exit(1)
-    }
-  }
+}
+
+async function listenOrExit(deps: Deps): Promise<Awaited<ReturnType<typeof listen>>> {
   try {
-    if (runWorkers) {
-      const starting = startWorkers(deps)
-      workersStarted = starting
-      workers = await starting
-    }
+    return await listen(deps)
   } catch (err) {
-    log.fatal({ err }, 'could not start the workers')
+    // Taken between the check before the store opened and now (another process starting at the same moment).
+    if (!(err instanceof PortTakenError)) throw err
+    deps.log.fatal(err.message)
+    await closeDeps(deps).catch(() => {})
+    return exit(1)
+  }
+}
+
+async function startWorkersOrExit(deps: Deps, running: Running): Promise<void> {
+  try {
+    const starting = startWorkers(deps)
+    running.workersStarted = starting
+    running.workers = await starting
+  } catch (err) {
+    deps.log.fatal({ err }, 'could not start the workers')
     exit(1)
   }
-  if (!runWorkers) log.info('API only (no workers): "worker" processes execute runs and deliveries')
-  if (!serveHttp) log.info({ database: deps.db.describe, redis: deps.redis.kind === 'redis' ? 'redis' : 'in-process' }, 'workers running (no HTTP)')
-  // Start-up lines are written at once; request lines are buffered (see createLogger).
-  flushLogs()
-  if (config.exitWithLauncher) followLauncher(deps, () => void shutdown('launcher exited'))
 }
 
 /**
