@@ -1,7 +1,8 @@
 import { describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { and, assign, createMachine, not, setup } from 'xstate'
-import { describeMachine, MACHINE_SOURCE, mermaidText, type MachineDescription } from '../../src/machines/describe'
+import { describeMachine, MACHINE_SOURCE, type MachineDescription } from '../../src/machines/describe'
+import { mermaidText } from '../../src/machines/mermaid'
 import { machines } from '../../src/machines/registry'
 import { DELIVERY_MACHINE_VERSION, deliveryMachine } from '../../src/machines/webhook-delivery.machine'
 
