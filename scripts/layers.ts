@@ -1,10 +1,12 @@
 /**
- * The import graph of `src/` (server code; the console is its own program): import circles between
- * files, and the layer rules of docs/architecture.md ("Layers"). `bun run imports` prints both;
- * `tests/unit/layers.test.ts` holds the code to them. Type-only imports count: a type still ties
- * one file's meaning to another's.
+ * The shape rules of `src/` (server code; the console is its own program), docs/architecture.md
+ * "Layers": no import circle between files, no import against the layer order, no file over
+ * MAX_FILE_LINES lines and no function over MAX_FUNCTION_LINES. `bun run layers` prints what breaks
+ * them; `tests/unit/layers.test.ts` holds the code to them. Type-only imports count: a type still
+ * ties one file's meaning to another's.
  */
 import { readdirSync, readFileSync, statSync } from 'node:fs'
+import * as ts from 'typescript'
 import { dirname, join, relative, resolve } from 'node:path'
 
 const ROOT = resolve(import.meta.dir, '..')
@@ -124,7 +126,7 @@ export function layerBreaches(graph: Graph): Breach[] {
   for (const from of graph.keys()) {
     if (!['domain', 'routes', 'deps', 'store'].includes(layerOf(from))) continue
     const path = reach(graph, from, (f) => layerOf(f) === 'workers')
-    if (path && path.length > 2) out.push({ from, to: path.join(' → '), rule: `${layerOf(from)} reaches a worker` })
+    if (path && path.length > 2) out.push({ from, to: path.slice(1).join(' → '), rule: `${layerOf(from)} reaches a worker` })
   }
   return out
 }
@@ -149,6 +151,35 @@ function reach(graph: Graph, start: string, hit: (f: string) => boolean): string
   return null
 }
 
+export const MAX_FILE_LINES = 400
+export const MAX_FUNCTION_LINES = 80
+
+/** Files over MAX_FILE_LINES lines, with their length. */
+export function longFiles(files = sourceFiles()): { file: string; lines: number }[] {
+  return files
+    .map((file) => ({ file, lines: readFileSync(join(SRC, file), 'utf8').split('\n').length - 1 }))
+    .filter((f) => f.lines > MAX_FILE_LINES)
+}
+
+/** Functions (declarations, methods, arrows, function expressions) over MAX_FUNCTION_LINES lines. */
+export function longFunctions(files = sourceFiles()): { at: string; name: string; lines: number }[] {
+  const out: { at: string; name: string; lines: number }[] = []
+  for (const file of files) {
+    const source = ts.createSourceFile(file, readFileSync(join(SRC, file), 'utf8'), ts.ScriptTarget.Latest, true)
+    const visit = (node: ts.Node): void => {
+      if (ts.isFunctionLike(node) && 'body' in node && node.body) {
+        const from = source.getLineAndCharacterOfPosition(node.getStart()).line
+        const lines = source.getLineAndCharacterOfPosition(node.getEnd()).line - from + 1
+        const name = 'name' in node && node.name ? node.name.getText(source) : '(anonymous)'
+        if (lines > MAX_FUNCTION_LINES) out.push({ at: `${file}:${from + 1}`, name, lines })
+      }
+      ts.forEachChild(node, visit)
+    }
+    visit(source)
+  }
+  return out
+}
+
 if (import.meta.main) {
   const graph = importGraph()
   const found = circles(graph)
@@ -158,5 +189,11 @@ if (import.meta.main) {
   for (const c of found) console.log(`  ${c.join(' ⇄ ')}`)
   console.log(`\nlayer breaches: ${breaches.length}`)
   for (const b of breaches) console.log(`  ${b.from} → ${b.to}  (${b.rule})`)
-  process.exitCode = found.length || breaches.length ? 1 : 0
+  const files = longFiles()
+  console.log(`\nfiles over ${MAX_FILE_LINES} lines: ${files.length}`)
+  for (const f of files) console.log(`  ${f.file} ${f.lines}`)
+  const functions = longFunctions()
+  console.log(`\nfunctions over ${MAX_FUNCTION_LINES} lines: ${functions.length}`)
+  for (const f of functions) console.log(`  ${f.at} ${f.name} ${f.lines}`)
+  process.exitCode = found.length || breaches.length || files.length || functions.length ? 1 : 0
 }
