@@ -1,20 +1,10 @@
 import { CONSOLE_BASE, api } from './api'
 import { h, put } from './dom'
 import { highlighted, type Highlight } from './paths'
+import type { Machine } from './types'
+export type { Machine }
 
 export type { Highlight }
-
-export interface Machine {
-  name: string
-  version: number
-  description: string | null
-  initial: string | null
-  states: { name: string; type: string; description?: string; final: boolean }[]
-  transitions: { source: string; event: string; target: string | null; guard?: string }[]
-  events: string[]
-  final_states: string[]
-  mermaid: string
-}
 
 interface MermaidApi {
   initialize(config: Record<string, unknown>): void

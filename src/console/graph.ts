@@ -1,21 +1,9 @@
 import { h, put, table, duration, when } from './dom'
 import { layers, stateText, type GraphEdge } from './layout'
+import type { RunNodes } from './types'
+export type { RunNodes }
 
 /** GET /v1/runs/{run_id}/nodes. */
-export interface RunNodes {
-  graph: { nodes: { id: string; type: string; name?: string }[]; edges: GraphEdge[] }
-  data: {
-    node: string
-    name: string | null
-    type: string
-    state: string
-    attempt: number | null
-    started_at: string | null
-    duration_ms: number | null
-    until: string | null
-    error: { code: string; message: string } | null
-  }[]
-}
 
 const SVG = 'http://www.w3.org/2000/svg'
 // Box sizes in SVG units: a 22-character name fits the box at the stylesheet's 13px.

@@ -1,14 +1,9 @@
 import { ApiError } from './api'
 import { h, put, when } from './dom'
+import type { Waiting } from './types'
+export type { Waiting }
 
 /** A run's `waiting` (GET /v1/runs/{run_id}): a human_input node asking for data. */
-export interface Waiting {
-  node: string
-  prompt: string
-  schema: Record<string, unknown> | null
-  since: string
-  expires_at: string | null
-}
 
 type Schema = Record<string, unknown>
 const isObject = (v: unknown): v is Schema => typeof v === 'object' && v !== null && !Array.isArray(v)

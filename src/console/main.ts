@@ -7,11 +7,7 @@ import { machinePage, machinesPage } from './pages/machines'
 import { runPage, workflowPage, workflowsPage } from './pages/runs'
 import { deliveryPage, webhookPage, webhooksPage } from './pages/webhooks'
 import { workspacePage, workspacesPage } from './pages/workspaces'
-
-interface Workspace {
-  id: string
-  name: string
-}
+import type { Workspace } from './types'
 
 const NAV: [string, string][] = [
   ['workspaces', 'Workspaces'],

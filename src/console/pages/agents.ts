@@ -2,18 +2,7 @@ import { api, listAll, stream } from '../api'
 import type { PageContext } from '../context'
 import { duration, facts, field, h, link, pre, put, table, when } from '../dom'
 import { noWorkspace } from './shared'
-
-interface Agent {
-  id: string
-  name: string
-  type: string
-  model: string
-  status: string
-  description?: string
-  instructions?: string
-  tools?: { type: string; name?: string }[]
-  updated_at: string
-}
+import type { Agent } from '../types'
 
 export async function agentsPage(ctx: PageContext) {
   if (!ctx.workspaceId) return noWorkspace(ctx)

@@ -4,39 +4,7 @@ import { actorDiagram } from '../diagram'
 import { documentPath } from '../paths'
 import { action, badge, facts, field, h, link, pre, put, table, when } from '../dom'
 import { noWorkspace } from './shared'
-
-interface KnowledgeBase {
-  id: string
-  name: string
-  description: string
-  embedding_model: string
-  retrieval: { mode: string }
-  rerank_model: string
-  created_at: string
-}
-interface Doc {
-  id: string
-  knowledge_base_id: string
-  name: string
-  type: string
-  group: string | null
-  size_bytes: number
-  metadata: Record<string, unknown>
-  status: string
-  error: { code: string; message: string } | null
-  chunks_count: number
-  indexed_at: string | null
-  created_at: string
-  updated_at: string
-}
-interface Result {
-  chunk_id: string
-  document_id: string
-  document_name: string
-  content: string
-  score: number
-  metadata: Record<string, unknown>
-}
+import type { Doc, DocumentStatus, KnowledgeBase, SearchResult as Result } from '../types'
 
 const STATUSES = ['uploading', 'parsing', 'chunking', 'embedding', 'ready', 'failed'] as const
 const IN_FLIGHT = new Set(['uploading', 'parsing', 'chunking', 'embedding'])
@@ -164,7 +132,7 @@ export async function documentPage(ctx: PageContext) {
  * and error come from the base's list, read again only when the status moved (a failure brings its error).
  */
 async function findDocument(kbId: string, id: string, known: Doc | undefined, signal: AbortSignal): Promise<Doc> {
-  const state = await api<{ id: string; status: string; chunks_count: number; indexed_at: string | null }>('GET', `/documents/${encodeURIComponent(id)}`, undefined, signal)
+  const state = await api<DocumentStatus>('GET', `/documents/${encodeURIComponent(id)}`, undefined, signal)
   if (known && known.status === state.status) return { ...known, chunks_count: state.chunks_count, indexed_at: state.indexed_at }
   const list = await listAll<Doc>(`/knowledge-bases/${encodeURIComponent(kbId)}/documents`, {}, signal, 2000)
   const doc = list.find((d) => d.id === id)

@@ -6,36 +6,7 @@ import { action, badge, duration, facts, field, h, link, pre, put, table, when }
 import { drawRunGraph, type RunNodes } from '../graph'
 import { inputForm, type Waiting } from '../input-form'
 import { noWorkspace } from './shared'
-
-interface Workflow {
-  id: string
-  name: string
-  description?: string
-  version: number
-  updated_at: string
-}
-interface Run {
-  run_id: string
-  workflow_id: string
-  workflow_version: number
-  status: 'running' | 'completed' | 'failed' | 'cancelled'
-  inputs: Record<string, unknown>
-  outputs: Record<string, unknown>
-  usage: { tokens_in: number; tokens_out: number; credits: number }
-  error?: { code: string; message: string; node: string | null }
-  duration_ms: number | null
-  user_id: string | null
-  created_at: string
-  finished_at: string | null
-  parent_run_id?: string | null
-  waiting?: Waiting | null
-}
-interface RunEvent {
-  seq: number
-  event: string
-  data: Record<string, unknown>
-  created_at: string
-}
+import type { Run, RunEvent, Trigger, Workflow } from '../types'
 
 const STATUSES = ['running', 'completed', 'failed', 'cancelled'] as const
 
@@ -74,19 +45,6 @@ export async function workflowsPage(ctx: PageContext) {
 }
 
 /** GET /v1/workflows/{id}/triggers (docs/api.md, "Triggers"). */
-interface Trigger {
-  id: string
-  workflow_id: string
-  type: 'schedule' | 'webhook'
-  enabled: boolean
-  cron: string | null
-  timezone: string | null
-  next_run_at: string | null
-  last_run_at: string | null
-  last_run_id: string | null
-  url: string | null
-  created_at: string
-}
 
 /** The workflow's schedules and hooks; a service without triggers (404) gets a note, not a broken page. */
 async function triggersSection(path: string, signal: AbortSignal): Promise<HTMLElement> {

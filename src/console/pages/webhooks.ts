@@ -4,38 +4,7 @@ import { actorDiagram } from '../diagram'
 import { deliveryPath } from '../paths'
 import { action, badge, duration, facts, field, h, link, pre, put, table, when } from '../dom'
 import { noWorkspace } from './shared'
-
-interface Webhook {
-  id: string
-  workspace_id: string
-  url: string
-  events: string[]
-  enabled: boolean
-  disabled_reason: string | null
-  previous_secret_expires_at: string | null
-  created_at: string
-}
-interface Attempt {
-  attempt: number
-  at: string
-  status_code: number | null
-  duration_ms: number | null
-  error: string | null
-  response_excerpt: string | null
-}
-interface Delivery {
-  id: string
-  webhook_id: string
-  event_id: string
-  event: string
-  status: 'pending' | 'retrying' | 'succeeded' | 'failed'
-  attempts_count: number
-  attempts: Attempt[]
-  next_attempt_at: string | null
-  data: unknown
-  created_at: string
-  updated_at: string
-}
+import type { Attempt, Delivery, Webhook } from '../types'
 
 const STATUSES = ['pending', 'retrying', 'succeeded', 'failed'] as const
 

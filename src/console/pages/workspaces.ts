@@ -1,30 +1,7 @@
 import { api, listAll } from '../api'
 import type { PageContext } from '../context'
 import { badge, facts, h, link, put, table, when } from '../dom'
-
-interface Workspace {
-  id: string
-  name: string
-  description: string
-  type: string
-  owner_id: string
-  member_count: number
-  status: string
-  created_at: string
-}
-interface Member {
-  user_id: string
-  role: string
-  is_owner: boolean
-  created_at: string
-}
-interface Usage {
-  from: string
-  to: string
-  total: { calls: number; tokens_in: number; tokens_out: number; credits: number }
-  by_model: { model: string; calls: number; tokens_in: number; tokens_out: number; credits: number }[]
-  budget: { credits: number; used: number; remaining: number; period: string; period_start: string; thresholds: number[]; hard_limit: boolean } | null
-}
+import type { AuditEntry, Member, Usage, Workspace } from '../types'
 
 export async function workspacesPage(ctx: PageContext) {
   const list = await listAll<Workspace>('/workspaces', {}, ctx.signal)
@@ -60,15 +37,6 @@ export async function workspacePage(ctx: PageContext) {
       : table('The last 50 writes, newest first', ['When', 'Who', 'Action', 'Resource', 'Status', 'Request'],
         audit.data.map((e) => [when(e.created_at), e.user_id, h('code', null, e.action), e.resource_id ?? '—', e.status, h('code', null, e.request_id)])),
   )
-}
-
-interface AuditEntry {
-  user_id: string
-  action: string
-  resource_id: string | null
-  status: number
-  request_id: string
-  created_at: string
 }
 
 function usageView(u: Usage): HTMLElement {
