@@ -3,7 +3,7 @@ import { safeEqual } from '../lib/crypto'
 import { AppError, invalid } from '../lib/errors'
 import { newId } from '../lib/ids'
 import type { ListQuery } from '../lib/lists'
-import { checkUrlShape, resolveAllowed, UnsafeUrlError, type UrlPolicy } from '../lib/net-guard'
+import { resolveDestination, UnsafeUrlError, type UrlPolicy } from '../lib/net-guard'
 import type { SecretBox } from '../lib/secret-box'
 import type { Pool } from '../store/db'
 import * as deliveries from '../store/deliveries'
@@ -46,9 +46,7 @@ export function urlPolicy(config: Config): UrlPolicy {
 
 async function checkUrl(url: string, policy: UrlPolicy): Promise<string> {
   try {
-    const parsed = checkUrlShape(url, policy)
-    await resolveAllowed(parsed, policy)
-    return parsed.toString()
+    return (await resolveDestination(url, policy)).url.toString()
   } catch (err) {
     if (err instanceof UnsafeUrlError) throw invalid('url', err.message)
     throw err
