@@ -27,6 +27,7 @@ const deliveryList: ListSpec = {
 }
 const tags = ['webhooks']
 
+/** The webhooks and, under each, its deliveries: two plugins, in this order (the OpenAPI document lists them so). */
 export function webhookRoutes(deps: Deps) {
   const d: webhooks.WebhookDeps = {
     sql: deps.db.sql,
@@ -35,6 +36,13 @@ export function webhookRoutes(deps: Deps) {
     schedule: (items) => deps.timers.schedule(DELIVERY_TIMER, items),
   }
   return new Elysia({ name: 'routes.webhooks' })
+    .use(webhookResourceRoutes(deps, d))
+    .use(deliveryRoutes(deps, d))
+}
+
+/** Registering, reading, changing and deleting a webhook. */
+function webhookResourceRoutes(deps: Deps, d: webhooks.WebhookDeps) {
+  return new Elysia({ name: 'routes.webhooks.resource' })
     .use(authenticated(deps))
     .post('/webhooks', async ({ caller, requestId, body, headers, set, request }) => {
       const workspaceId = await resolveWorkspaceId(d.sql, caller, body.workspace_id, headers['x-workspace-id'])
@@ -82,6 +90,12 @@ export function webhookRoutes(deps: Deps) {
       response: { 200: Envelope(DeletedWebhook, 'The webhook was deleted'), ...errors(403, 404, 409, 422) },
       detail: { operationId: 'deleteWebhook', tags, summary: 'Delete a webhook and its delivery records (developer)' },
     })
+}
+
+/** A webhook's deliveries: the ping that makes one, reading them, sending one again. */
+function deliveryRoutes(deps: Deps, d: webhooks.WebhookDeps) {
+  return new Elysia({ name: 'routes.webhooks.deliveries' })
+    .use(authenticated(deps))
     .post('/webhooks/:id/ping', async ({ caller, requestId, params, set }) => {
       set.status = 202
       return envelope(requestId, toDelivery(await webhooks.pingWebhook(d, caller, params.id)))
