@@ -188,7 +188,7 @@ const PARTS: { part: string; code: string; note?: string }[] = [
   { part: 'mermaid.min.js read into memory', code: `globalThis.keep = await Bun.file('node_modules/mermaid/dist/mermaid.min.js').text()`, note: 'served with Bun.file: never read into the heap' },
   { part: 'src/app.ts import graph', code: `await import('./src/app.ts')` },
   { part: 'src/boot.ts + src/workers import graph', code: `await import('./src/boot.ts'); await import('./src/workers/index.ts')` },
-  { part: 'src/main.ts import graph (no main())', code: `await Promise.all(['./src/app.ts', './src/boot.ts', './src/workers/index.ts', './src/routes/console.ts', './src/domain/agents/mcp.ts', './src/config.ts'].map((m) => import(m)))` },
+  { part: 'src/main.ts import graph (no main())', code: `await Promise.all(['./src/app.ts', './src/boot.ts', './src/workers/index.ts', './src/routes/console.ts', './src/domain/agents/mcp-client.ts', './src/config.ts'].map((m) => import(m)))` },
 ]
 
 async function partRss(code: string, pgdir: string): Promise<number> {

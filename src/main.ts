@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs'
 import { closeDeps, createLogger, flushLogs, openDeps } from './boot'
-import { closeMcpClients } from './domain/agents/mcp'
+import { closeMcpClients } from './domain/agents/mcp-client'
 import { ConfigError, loadConfig } from './config'
 import type { Deps } from './deps'
 import { CatalogError } from './domain/models/catalog'

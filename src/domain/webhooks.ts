@@ -1,18 +1,17 @@
 import type { Config } from '../config'
+import type { Deps } from '../deps'
 import { safeEqual } from '../lib/crypto'
 import { AppError, invalid } from '../lib/errors'
 import { newId } from '../lib/ids'
 import type { ListQuery } from '../lib/lists'
-import { checkUrlShape, resolveAllowed, UnsafeUrlError, type UrlPolicy } from '../lib/net-guard'
-import type { SecretBox } from '../lib/secret-box'
-import type { Pool } from '../store/db'
+import { resolveDestination, UnsafeUrlError, type UrlPolicy } from '../lib/net-guard'
 import * as deliveries from '../store/deliveries'
 import { emit, markEventsDispatched } from '../store/events'
 import { recorded, type WriteKey } from '../store/idempotent-writes'
 import * as store from '../store/webhooks'
 import { findWorkspaceAccess } from '../store/workspaces'
 import { authorize, type Action, type Caller } from './access'
-import { advanceDelivery, newDelivery } from './deliveries'
+import { advanceDelivery, DELIVERY_TIMER, newDelivery } from './deliveries'
 import { listScope, loadOwned } from './workspaces'
 
 /** The event types a webhook may subscribe to (docs/webhooks.md, "Registering"). */
@@ -32,23 +31,13 @@ export const EVENT_TYPES = [
 /** After a rotation the old secret keeps signing beside the new one this long (24 h). */
 export const ROTATION_OVERLAP_MS = 86_400_000
 
-export interface WebhookDeps {
-  sql: Pool
-  config: Config
-  secretBox: SecretBox
-  /** Called after commit with deliveries that need their timer (re)armed. */
-  schedule: (items: { id: string; at: Date | null }[]) => Promise<void>
-}
-
 export function urlPolicy(config: Config): UrlPolicy {
   return { allowHttp: config.webhookAllowHttp, allowPrivate: config.webhookAllowPrivateNetworks }
 }
 
 async function checkUrl(url: string, policy: UrlPolicy): Promise<string> {
   try {
-    const parsed = checkUrlShape(url, policy)
-    await resolveAllowed(parsed, policy)
-    return parsed.toString()
+    return (await resolveDestination(url, policy)).url.toString()
   } catch (err) {
     if (err instanceof UnsafeUrlError) throw invalid('url', err.message)
     throw err
@@ -64,52 +53,52 @@ function checkEvents(events: string[]): string[] {
 }
 
 /** Loads a webhook the caller may act on; one it may not see answers 404 for the webhook itself. */
-export function loadWebhook(sql: Pool, caller: Caller, id: string, action: Action): Promise<store.WebhookRow> {
-  return loadOwned(sql, caller, 'webhook', id, action, store.findWebhook)
+export function loadWebhook(deps: Pick<Deps, 'db'>, caller: Caller, id: string, action: Action): Promise<store.WebhookRow> {
+  return loadOwned(deps.db.sql, caller, 'webhook', id, action, store.findWebhook)
 }
 
 export async function registerWebhook(
-  d: WebhookDeps,
+  deps: Pick<Deps, 'db' | 'config' | 'secretBox'>,
   caller: Caller,
   workspaceId: string,
   input: { url: string; events: string[]; secret: string },
   key?: WriteKey,
 ): Promise<store.WebhookRow> {
-  authorize(caller, await findWorkspaceAccess(d.sql, workspaceId, caller.userId), 'build', { id: workspaceId })
+  authorize(caller, await findWorkspaceAccess(deps.db.sql, workspaceId, caller.userId), 'build', { id: workspaceId })
   const events = checkEvents(input.events)
-  const url = await checkUrl(input.url, urlPolicy(d.config))
-  return d.sql.begin(async (tx) =>
+  const url = await checkUrl(input.url, urlPolicy(deps.config))
+  return deps.db.sql.begin(async (tx) =>
     recorded(tx, key, 'webhook', await store.insertWebhook(tx, {
       id: newId('whk'),
       workspace_id: workspaceId,
       url,
       events,
-      secret_encrypted: d.secretBox.seal(input.secret),
+      secret_encrypted: deps.secretBox.seal(input.secret),
       created_by: caller.userId,
     })),
   )
 }
 
 /** Every workspace the caller can read, or the one named (docs/api.md, "Lists"). */
-export async function listWebhooks(d: WebhookDeps, caller: Caller, workspaceId: string | undefined, q: ListQuery) {
-  return store.listWebhooks(d.sql, await listScope(d.sql, caller, workspaceId), q)
+export async function listWebhooks(deps: Pick<Deps, 'db'>, caller: Caller, workspaceId: string | undefined, q: ListQuery) {
+  return store.listWebhooks(deps.db.sql, await listScope(deps.db.sql, caller, workspaceId), q)
 }
 
 export async function updateWebhook(
-  d: WebhookDeps,
+  deps: Pick<Deps, 'db' | 'config' | 'secretBox'>,
   caller: Caller,
   id: string,
   input: { url?: string; events?: string[]; secret?: string; enabled?: boolean },
 ): Promise<store.WebhookRow> {
-  await loadWebhook(d.sql, caller, id, 'build')
+  await loadWebhook(deps, caller, id, 'build')
   const patch: store.WebhookPatch = { enabled: input.enabled }
   if (input.events !== undefined) patch.events = checkEvents(input.events)
-  if (input.url !== undefined) patch.url = await checkUrl(input.url, urlPolicy(d.config))
-  return d.sql.begin(async (tx) => {
+  if (input.url !== undefined) patch.url = await checkUrl(input.url, urlPolicy(deps.config))
+  return deps.db.sql.begin(async (tx) => {
     const current = await store.lockWebhook(tx, id)
-    if (input.secret !== undefined && !safeEqual(input.secret, d.secretBox.open(current.secret_encrypted))) {
+    if (input.secret !== undefined && !safeEqual(input.secret, deps.secretBox.open(current.secret_encrypted))) {
       patch.secret = {
-        encrypted: d.secretBox.seal(input.secret),
+        encrypted: deps.secretBox.seal(input.secret),
         previousEncrypted: current.secret_encrypted,
         previousExpiresAt: new Date(Date.now() + ROTATION_OVERLAP_MS),
       }
@@ -118,9 +107,9 @@ export async function updateWebhook(
   })
 }
 
-export async function deleteWebhook(d: WebhookDeps, caller: Caller, id: string): Promise<store.WebhookRow> {
-  const row = await loadWebhook(d.sql, caller, id, 'build')
-  await d.sql.begin((tx) => store.deleteWebhook(tx, id))
+export async function deleteWebhook(deps: Pick<Deps, 'db'>, caller: Caller, id: string): Promise<store.WebhookRow> {
+  const row = await loadWebhook(deps, caller, id, 'build')
+  await deps.db.sql.begin((tx) => store.deleteWebhook(tx, id))
   return row
 }
 
@@ -128,35 +117,35 @@ export async function deleteWebhook(d: WebhookDeps, caller: Caller, id: string):
  * `webhook.test` through the normal path: an outbox event (already dispatched, to this webhook only)
  * and a delivery whose machine and timer do the rest. Sent even to a disabled webhook: a person asked.
  */
-export async function pingWebhook(d: WebhookDeps, caller: Caller, id: string): Promise<deliveries.DeliveryRow> {
-  const hook = await loadWebhook(d.sql, caller, id, 'build')
+export async function pingWebhook(deps: Pick<Deps, 'db' | 'config' | 'timers'>, caller: Caller, id: string): Promise<deliveries.DeliveryRow> {
+  const hook = await loadWebhook(deps, caller, id, 'build')
   const now = Date.now()
-  const row = await d.sql.begin(async (tx) => {
+  const row = await deps.db.sql.begin(async (tx) => {
     const data = { webhook_id: hook.id, message: 'This is a test event sent by the ping endpoint.' }
     const event = await emit(tx, hook.workspace_id, 'webhook.test', data)
     await markEventsDispatched(tx, [event.id])
-    const delivery = newDelivery(d.config, { webhook_id: hook.id, event_id: event.id, event_type: 'webhook.test', data }, { manual: true, now })
+    const delivery = newDelivery(deps.config, { webhook_id: hook.id, event_id: event.id, event_type: 'webhook.test', data }, { manual: true, now })
     await deliveries.insertDeliveries(tx, [delivery])
     return deliveries.lockDelivery(tx, hook.id, delivery.id)
   })
-  await d.schedule([{ id: row.id, at: row.next_attempt_at }])
+  await deps.timers.schedule(DELIVERY_TIMER, [{ id: row.id, at: row.next_attempt_at }])
   return row
 }
 
-export async function listDeliveries(d: WebhookDeps, caller: Caller, webhookId: string, q: ListQuery) {
-  await loadWebhook(d.sql, caller, webhookId, 'read')
-  return deliveries.listDeliveries(d.sql, webhookId, q)
+export async function listDeliveries(deps: Pick<Deps, 'db'>, caller: Caller, webhookId: string, q: ListQuery) {
+  await loadWebhook(deps, caller, webhookId, 'read')
+  return deliveries.listDeliveries(deps.db.sql, webhookId, q)
 }
 
-export async function getDelivery(d: WebhookDeps, caller: Caller, webhookId: string, id: string) {
-  await loadWebhook(d.sql, caller, webhookId, 'read')
-  return deliveries.getDelivery(d.sql, webhookId, id)
+export async function getDelivery(deps: Pick<Deps, 'db'>, caller: Caller, webhookId: string, id: string) {
+  await loadWebhook(deps, caller, webhookId, 'read')
+  return deliveries.getDelivery(deps.db.sql, webhookId, id)
 }
 
 /** Re-sends a settled delivery under the same delivery id, with the full retry schedule again. */
-export async function redeliver(d: WebhookDeps, caller: Caller, webhookId: string, id: string): Promise<deliveries.DeliveryRow> {
-  await loadWebhook(d.sql, caller, webhookId, 'build')
-  const row = await d.sql.begin(async (tx) => {
+export async function redeliver(deps: Pick<Deps, 'db' | 'timers'>, caller: Caller, webhookId: string, id: string): Promise<deliveries.DeliveryRow> {
+  await loadWebhook(deps, caller, webhookId, 'build')
+  const row = await deps.db.sql.begin(async (tx) => {
     const current = await deliveries.lockDelivery(tx, webhookId, id)
     const next = advanceDelivery(current, { type: 'redelivery.requested' }, Date.now())
     if (!next) {
@@ -165,6 +154,6 @@ export async function redeliver(d: WebhookDeps, caller: Caller, webhookId: strin
     await deliveries.saveDeliveries(tx, [next.update])
     return deliveries.lockDelivery(tx, webhookId, id)
   })
-  await d.schedule([{ id: row.id, at: row.next_attempt_at }])
+  await deps.timers.schedule(DELIVERY_TIMER, [{ id: row.id, at: row.next_attempt_at }])
   return row
 }

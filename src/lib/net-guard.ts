@@ -3,10 +3,11 @@ import { lookup } from 'node:dns/promises'
 
 /**
  * The SSRF rules (docs/webhooks.md, "Registering" and "A delivery") for URLs the service calls on a
- * client's behalf (webhook receivers, later workflow `http_request` nodes and agent `http` tools): https
- * only, and every address the host resolves to must be public unicast. Checked at registration and again,
- * with the address then pinned for the connection, at every call, so a DNS answer that changes in between
- * cannot redirect the request to the inside (DNS rebinding).
+ * client's behalf (webhook receivers, workflow `http_request` nodes, agents' `http` tools and MCP
+ * servers): https only, and every address the host resolves to must be public unicast. Checked when
+ * the URL is saved and again at every call (`resolveDestination`), and the connection then goes to
+ * the checked address only (`pinnedFetch`), so a DNS answer that changes in between cannot send the
+ * request to the inside (DNS rebinding).
  */
 export interface UrlPolicy {
   allowHttp: boolean
@@ -122,6 +123,38 @@ export async function resolveAllowed(url: URL, policy: UrlPolicy, signal?: Abort
   }
   const first = addresses[0]!
   return { address: first.address, family: first.family === 6 ? 6 : 4 }
+}
+
+/** A URL that passed the rules, with the address its connections are pinned to. */
+export interface Destination {
+  url: URL
+  address: PinnedAddress
+}
+
+/**
+ * The URL's shape checked, its host resolved and every address checked (`checkUrlShape`, then
+ * `resolveAllowed`, under `signal` when given). Fails with UnsafeUrlError.
+ */
+export async function resolveDestination(raw: string, policy: UrlPolicy, signal?: AbortSignal): Promise<Destination> {
+  const url = checkUrlShape(raw, policy)
+  return { url, address: await resolveAllowed(url, policy, signal) }
+}
+
+/**
+ * A request to a checked destination, connected to its pinned address only: the Host header and the
+ * TLS server name keep the URL's name, so the certificate is verified against it. `target` (another
+ * path of the same server) defaults to the destination's URL; another origin was never checked and is
+ * refused. A redirect is never followed (the 3xx is the answer): it would lead to a host nobody checked.
+ */
+export async function pinnedFetch(dest: Destination, init: RequestInit, target: URL = dest.url): Promise<Response> {
+  if (target.origin !== dest.url.origin) throw new UnsafeUrlError(`refused a request to ${target.origin}: only ${dest.url.origin} was checked`)
+  const headers = new Headers(init.headers)
+  headers.set('host', target.host)
+  const pinned = new URL(target)
+  pinned.hostname = dest.address.family === 6 ? `[${dest.address.address}]` : dest.address.address
+  const serverName = target.hostname.startsWith('[') ? undefined : target.hostname
+  // `tls` is Bun's addition to fetch's init.
+  return fetch(pinned, { ...init, headers, redirect: 'manual', tls: { serverName } } as RequestInit)
 }
 
 function abortable<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {

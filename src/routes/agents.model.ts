@@ -1,6 +1,6 @@
 import { t } from 'elysia'
 import { iso } from '../lib/time'
-import { HEADER_KEPT } from '../domain/agents/mcp'
+import { HEADER_KEPT } from '../domain/agents/mcp-client'
 import type { AgentRow, AgentTool as StoredAgentTool, ConversationRow, MessageRow, StoredToolCall } from '../store/agents'
 import { Id, Name, Timestamp, UserId } from './common.model'
 

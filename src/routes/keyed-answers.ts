@@ -61,7 +61,7 @@ export async function keyedAnswer(deps: Deps, request: Request, requestId: strin
     case 'trigger':
       return created(toTrigger(await triggers.loadTrigger(deps, caller, id, 'read'), `${new URL(request.url).origin}${deps.config.basePath}`))
     case 'webhook':
-      return created(toWebhook(await webhooks.loadWebhook(sql, caller, id, 'read')))
+      return created(toWebhook(await webhooks.loadWebhook(deps, caller, id, 'read')))
     case 'knowledge_base':
       return created(toKnowledgeBase(await bases.loadKnowledgeBase(deps, caller, id, 'read')))
     case 'agent':

@@ -3,7 +3,6 @@ import type { Deps } from '../deps'
 import { resolveWorkspaceId } from '../domain/workspaces'
 import * as webhooks from '../domain/webhooks'
 import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
-import { DELIVERY_TIMER } from '../domain/deliveries'
 import { Envelope, envelope, errors, ListOf, ListQuery } from './common.model'
 import { authenticated } from './plugins/auth'
 import { writeKey } from './plugins/idempotency'
@@ -27,19 +26,21 @@ const deliveryList: ListSpec = {
 }
 const tags = ['webhooks']
 
+/** The webhooks and, under each, its deliveries: two plugins, in this order (the OpenAPI document lists them so). */
 export function webhookRoutes(deps: Deps) {
-  const d: webhooks.WebhookDeps = {
-    sql: deps.db.sql,
-    config: deps.config,
-    secretBox: deps.secretBox,
-    schedule: (items) => deps.timers.schedule(DELIVERY_TIMER, items),
-  }
   return new Elysia({ name: 'routes.webhooks' })
+    .use(webhookResourceRoutes(deps))
+    .use(deliveryRoutes(deps))
+}
+
+/** Registering, reading, changing and deleting a webhook. */
+function webhookResourceRoutes(deps: Deps) {
+  return new Elysia({ name: 'routes.webhooks.resource' })
     .use(authenticated(deps))
     .post('/webhooks', async ({ caller, requestId, body, headers, set, request }) => {
-      const workspaceId = await resolveWorkspaceId(d.sql, caller, body.workspace_id, headers['x-workspace-id'])
+      const workspaceId = await resolveWorkspaceId(deps.db.sql, caller, body.workspace_id, headers['x-workspace-id'])
       set.status = 201
-      return envelope(requestId, toWebhook(await webhooks.registerWebhook(d, caller, workspaceId, body, writeKey(request))))
+      return envelope(requestId, toWebhook(await webhooks.registerWebhook(deps, caller, workspaceId, body, writeKey(request))))
     }, {
       body: CreateWebhook,
       parse: 'json',
@@ -54,20 +55,20 @@ export function webhookRoutes(deps: Deps) {
     .get('/webhooks', async ({ caller, requestId, query, headers }) => {
       const q = parseListQuery(query, webhookList)
       const workspaceId = (query as { workspace_id?: string }).workspace_id ?? headers['x-workspace-id']
-      return { request_id: requestId, ...toPage(await webhooks.listWebhooks(d, caller, workspaceId, q), q, toWebhook) }
+      return { request_id: requestId, ...toPage(await webhooks.listWebhooks(deps, caller, workspaceId, q), q, toWebhook) }
     }, {
       query: ListQuery('created_at, updated_at', { workspace_id: t.Optional(t.String({ description: 'Only this workspace (else X-Workspace-Id); without either, every workspace the caller can read. One the caller cannot read is 404' })) }),
       response: { 200: ListOf(Webhook, 'A page of webhooks'), ...errors(403, 404) },
       detail: { operationId: 'listWebhooks', tags, summary: 'List the webhooks of every workspace the caller can read (workspace_id: of one)' },
     })
     .get('/webhooks/:id', async ({ caller, requestId, params }) =>
-      envelope(requestId, toWebhook(await webhooks.loadWebhook(d.sql, caller, params.id, 'read'))), {
+      envelope(requestId, toWebhook(await webhooks.loadWebhook(deps, caller, params.id, 'read'))), {
       params: WebhookParams,
       response: { 200: Envelope(Webhook, 'The webhook'), ...errors(404) },
       detail: { operationId: 'getWebhook', tags, summary: 'Get a webhook (never its secret)' },
     })
     .patch('/webhooks/:id', async ({ caller, requestId, params, body }) =>
-      envelope(requestId, toWebhook(await webhooks.updateWebhook(d, caller, params.id, body))), {
+      envelope(requestId, toWebhook(await webhooks.updateWebhook(deps, caller, params.id, body))), {
       params: WebhookParams,
       body: UpdateWebhook,
       parse: 'json',
@@ -75,16 +76,22 @@ export function webhookRoutes(deps: Deps) {
       detail: { operationId: 'updateWebhook', tags, summary: 'Change the URL, events, secret (rotation with 24 h overlap) or enabled flag (developer)' },
     })
     .delete('/webhooks/:id', async ({ caller, requestId, params }) => {
-      await webhooks.deleteWebhook(d, caller, params.id)
+      await webhooks.deleteWebhook(deps, caller, params.id)
       return envelope(requestId, { id: params.id, deleted: true as const })
     }, {
       params: WebhookParams,
       response: { 200: Envelope(DeletedWebhook, 'The webhook was deleted'), ...errors(403, 404, 409, 422) },
       detail: { operationId: 'deleteWebhook', tags, summary: 'Delete a webhook and its delivery records (developer)' },
     })
+}
+
+/** A webhook's deliveries: the ping that makes one, reading them, sending one again. */
+function deliveryRoutes(deps: Deps) {
+  return new Elysia({ name: 'routes.webhooks.deliveries' })
+    .use(authenticated(deps))
     .post('/webhooks/:id/ping', async ({ caller, requestId, params, set }) => {
       set.status = 202
-      return envelope(requestId, toDelivery(await webhooks.pingWebhook(d, caller, params.id)))
+      return envelope(requestId, toDelivery(await webhooks.pingWebhook(deps, caller, params.id)))
     }, {
       params: WebhookParams,
       response: { 202: Envelope(Delivery, 'The webhook.test delivery, queued'), ...errors(403, 404, 409, 422) },
@@ -92,7 +99,7 @@ export function webhookRoutes(deps: Deps) {
     })
     .get('/webhooks/:id/deliveries', async ({ caller, requestId, params, query }) => {
       const q = parseListQuery(query, deliveryList)
-      return { request_id: requestId, ...toPage(await webhooks.listDeliveries(d, caller, params.id, q), q, toDelivery) }
+      return { request_id: requestId, ...toPage(await webhooks.listDeliveries(deps, caller, params.id, q), q, toDelivery) }
     }, {
       params: WebhookParams,
       query: ListQuery('created_at, updated_at', {
@@ -103,14 +110,14 @@ export function webhookRoutes(deps: Deps) {
       detail: { operationId: 'listDeliveries', tags, summary: 'List a webhook\'s deliveries with their attempts (kept 7 days)' },
     })
     .get('/webhooks/:id/deliveries/:delivery_id', async ({ caller, requestId, params }) =>
-      envelope(requestId, toDelivery(await webhooks.getDelivery(d, caller, params.id, params.delivery_id))), {
+      envelope(requestId, toDelivery(await webhooks.getDelivery(deps, caller, params.id, params.delivery_id))), {
       params: DeliveryParams,
       response: { 200: Envelope(Delivery, 'The delivery with its attempts'), ...errors(404) },
       detail: { operationId: 'getDelivery', tags, summary: 'Get one delivery with its attempts' },
     })
     .post('/webhooks/:id/deliveries/:delivery_id/redeliver', async ({ caller, requestId, params, set }) => {
       set.status = 202
-      return envelope(requestId, toDelivery(await webhooks.redeliver(d, caller, params.id, params.delivery_id)))
+      return envelope(requestId, toDelivery(await webhooks.redeliver(deps, caller, params.id, params.delivery_id)))
     }, {
       params: DeliveryParams,
       response: { 202: Envelope(Delivery, 'The delivery, queued again'), ...errors(403, 404, 409, 422) },

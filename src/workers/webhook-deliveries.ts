@@ -11,7 +11,7 @@ import { clearFailureStreaks, recordFailures } from '../store/webhooks'
 import type { TimerHandler, Timers } from '../store/redis/timers'
 import { sendDelivery, type SendResult } from './webhook-sender'
 import { redactUrls } from '../lib/redact-url'
-import { contextFrom, contextWith, failSpan, markError, runIn, SpanKind, startSpan, tracingOn, type TraceCarrier } from '../lib/tracing'
+import { contextFrom, markError, SpanKind, tracingOn, withSpan, type TraceCarrier } from '../lib/tracing'
 
 
 interface Sending {
@@ -188,25 +188,19 @@ export class DeliveryWorker implements TimerHandler {
    */
   private async send(job: Sending) {
     if (!tracingOn) return this.attempt(job)
-    const parent = contextFrom(job.trace)
-    const span = startSpan(`webhook ${job.event}`, {
+    return withSpan(`webhook ${job.event}`, () => ({
       delivery_id: job.id,
       webhook_id: job.webhookId,
       'webhook.event': job.event,
       'webhook.attempt': job.attempt,
       'http.request.method': 'POST',
-    }, { parent, kind: SpanKind.CLIENT })
-    try {
-      const result = await runIn(contextWith(span, parent), () => this.attempt(job))
+    }), async (span) => {
+      const result = await this.attempt(job)
       if (result.record.status_code !== null) span.setAttribute('http.response.status_code', result.record.status_code)
       span.setAttribute('webhook.outcome', result.ok ? 'succeeded' : result.retryable ? 'retryable' : 'failed')
       if (!result.ok) markError(span, result.record.error ?? 'the attempt failed')
-    } catch (err) {
-      failSpan(span, err)
-      throw err
-    } finally {
-      span.end()
-    }
+      return result
+    }, { parent: contextFrom(job.trace), kind: SpanKind.CLIENT })
   }
 
   private async attempt(job: Sending): Promise<SendResult> {

@@ -1,4 +1,4 @@
-import { checkUrlShape, resolveAllowed, UnsafeUrlError, type UrlPolicy } from '../lib/net-guard'
+import { pinnedFetch, resolveDestination, UnsafeUrlError, type Destination, type UrlPolicy } from '../lib/net-guard'
 import { scrubUrl } from '../lib/redact-url'
 import { serviceSignature, standardSignature } from '../lib/signing'
 import type { AttemptRecord } from '../store/deliveries'
@@ -45,8 +45,7 @@ export function buildRequest(input: Pick<SendInput, 'deliveryId' | 'event' | 'da
 
 /**
  * One attempt. The host is resolved and checked again here and the connection pinned to the checked
- * address (Host header and TLS server name keep the original name, so the certificate is verified
- * against it), so a DNS answer that changed since registration cannot reach the inside.
+ * address (src/lib/net-guard.ts), so a DNS answer that changed since registration cannot reach the inside.
  */
 export async function sendDelivery(input: SendInput): Promise<SendResult> {
   const started = performance.now()
@@ -66,32 +65,19 @@ export async function sendDelivery(input: SendInput): Promise<SendResult> {
   // One deadline for the whole attempt, the lookup included: a slow resolver must not stretch an
   // attempt past its time-out (and past the lease, which would count a live attempt as abandoned).
   const signal = AbortSignal.timeout(input.timeoutMs)
-  let target: URL
-  let host: string
+  let dest: Destination
   try {
-    const url = checkUrlShape(input.url, input.policy)
-    const pinned = await resolveAllowed(url, input.policy, signal)
-    host = url.hostname
-    target = new URL(url)
-    target.hostname = pinned.family === 6 ? `[${pinned.address}]` : pinned.address
+    dest = await resolveDestination(input.url, input.policy, signal)
   } catch (err) {
     if (!(err instanceof UnsafeUrlError)) throw err
     return done({ ok: false, retryable: err.transient, error: scrubUrl(`refused: ${err.message}`, input.url) })
   }
   const { body, headers } = buildRequest(input)
-  headers.host = new URL(input.url).host
   // The attempt's span (src/workers/webhook-deliveries.ts) is the receiver's parent.
   if (tracingOn) injectTraceRecord(headers)
   let res: Response
   try {
-    res = await fetch(target, {
-      method: 'POST',
-      headers,
-      body,
-      redirect: 'manual',
-      signal,
-      tls: { serverName: host.startsWith('[') ? undefined : host },
-    } as RequestInit)
+    res = await pinnedFetch(dest, { method: 'POST', headers, body, signal })
   } catch (err) {
     return done({ ok: false, retryable: true, error: scrubUrl(describeError(err, input.timeoutMs), input.url) })
   }

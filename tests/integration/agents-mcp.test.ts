@@ -6,7 +6,7 @@ import { context, propagation, ROOT_CONTEXT, trace, TraceFlags } from '@opentele
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks'
 import { W3CTraceContextPropagator } from '@opentelemetry/core'
 import pino from 'pino'
-import { closeMcpClients } from '../../src/domain/agents/mcp'
+import { closeMcpClients } from '../../src/domain/agents/mcp-client'
 import { pricedLlm } from '../helpers/agents'
 import { startFakeProvider, writeModelsFile, type FakeProvider, type FakeRequest } from '../helpers/fake-provider'
 import { keyFor, startHarness, workspaceOf, type Answer, type Harness } from '../helpers/harness'

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
-import { closeMcpClients } from '../../src/domain/agents/mcp'
+import { closeMcpClients } from '../../src/domain/agents/mcp-client'
 import { startMcpServer, type McpTestServer } from '../helpers/mcp-server'
 import { chain, end, ends, start, startRunsEnv, type Node, type RunsEnv } from '../helpers/runs'
 

@@ -1,6 +1,6 @@
 import { describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
-import { checkServerUrl, MAX_RESULT_CHARS, toOutput } from '../../src/domain/agents/mcp'
+import { checkServerUrl, MAX_RESULT_CHARS, toOutput } from '../../src/domain/agents/mcp-client'
 import { mcpToolName } from '../../src/domain/agents/tools'
 
 setDefaultTimeout(TEST_TIMEOUT_MS)

@@ -8,7 +8,7 @@ import type { Action, Caller } from '../access'
 import { knowledgeBaseIn, workflowIn } from '../references'
 import { inputSpec } from '../workflows/graph'
 import { access, listScope, loadOwned } from '../workspaces'
-import { checkServerUrl, HEADER_KEPT } from './mcp'
+import { checkServerUrl, HEADER_KEPT } from './mcp-client'
 import type { WriteKey } from '../../store/idempotent-writes'
 import { toolName } from './tools'
 

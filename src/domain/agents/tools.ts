@@ -12,7 +12,7 @@ import { inputSpec } from '../workflows/graph'
 import { createRun, waitForRun } from '../workflows/runs'
 import { sendHttp } from '../workflows/nodes/http-request'
 import { NodeError } from '../workflows/types'
-import { callMcpTool, listMcpTools, redactUrl, type McpServerSpec, type McpToolInfo } from './mcp'
+import { callMcpTool, listMcpTools, redactUrl, type McpServerSpec, type McpToolInfo } from './mcp-client'
 
 /**
  * The name the model and `tool_calls[].tool` see: `name`, else `knowledge_search`, else `workflow_<id>`
@@ -48,7 +48,7 @@ const JSON_TYPES: Record<InputSpec['type'], string> = { string: 'string', number
 
 /**
  * The agent's tools as the model sees them, each with what runs it. Workflows are read at each turn
- * (they change); MCP servers' tool lists come from their cache (src/domain/agents/mcp.ts), all asked
+ * (they change); MCP servers' tool lists come from their cache (src/domain/agents/mcp-client.ts), all asked
  * at once. A server that cannot list its tools is left out of this turn (logged), not a failed turn.
  */
 export async function agentTools(deps: Deps, agent: AgentRow): Promise<Map<string, Tool>> {

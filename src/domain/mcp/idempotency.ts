@@ -1,8 +1,7 @@
-import type { Logger } from 'pino'
+import type { Deps } from '../../deps'
 import { sha256Hex } from '../../lib/crypto'
 import { AppError } from '../../lib/errors'
-import { claimRecord, IDEMPOTENCY_PREFIX, settleRecord, type InFlightOwner } from '../../store/idempotency'
-import type { RedisPort } from '../../store/redis'
+import { claimRecord, IDEMPOTENCY_PREFIX, settleRecord } from '../../store/idempotency'
 
 /**
  * Tool calls that create something (a run, a chat turn) are idempotent per JSON-RPC id
@@ -38,7 +37,7 @@ export interface ToolResult {
  * answers the result and the HTTP status its REST twin would have had (whether it is kept).
  */
 export async function oncePerId(
-  deps: { redis: RedisPort; inFlight: InFlightOwner; log: Logger },
+  deps: Pick<Deps, 'redis' | 'inFlight' | 'log'>,
   scope: CallScope,
   tool: string,
   args: unknown,

@@ -1,4 +1,4 @@
-import { checkUrlShape, resolveAllowed, UnsafeUrlError, type UrlPolicy } from '../../../lib/net-guard'
+import { pinnedFetch, resolveDestination, UnsafeUrlError, type Destination, type UrlPolicy } from '../../../lib/net-guard'
 import { scrubUrl, shownUrl } from '../../../lib/redact-url'
 import { renderDeep, renderText } from '../templates'
 import { NodeError, type Executor, type Variables } from '../types'
@@ -15,9 +15,9 @@ export const MAX_RESPONSE_BYTES = 1024 * 1024
 /**
  * An HTTP call under the webhook SSRF rules (docs/webhooks.md, "Registering"; WEBHOOK_ALLOW_HTTP and
  * WEBHOOK_ALLOW_PRIVATE_NETWORKS): the host is resolved and every address checked when the node runs,
- * and the connection is pinned to the checked address (Host header and TLS server name keep the
- * name), as src/workers/webhook-sender.ts does. Redirects are not followed: a 3xx is the answer, with
- * its `location` header, since following one would reach a host that was never checked.
+ * and the connection is pinned to the checked address (src/lib/net-guard.ts, as for webhook
+ * deliveries). Redirects are not followed: a 3xx is the answer, with its `location` header, since
+ * following one would reach a host that was never checked.
  *
  * An answer of any status is the node's output `{ status, headers, body }`: a 404 or a 500 is data the
  * graph can branch on (a condition over `nodes.<id>.output.status`), not a failure of the node. The
@@ -70,7 +70,7 @@ export interface HttpCall {
  * above.
  */
 export async function sendHttp(call: HttpCall): Promise<{ status: number; headers: Record<string, string>; body: unknown }> {
-  const { method, raw, headers, body, timeoutMs, policy } = call
+  const { method, raw, headers, timeoutMs, policy } = call
   const timeout = AbortSignal.timeout(timeoutMs)
   const signal = AbortSignal.any([call.signal, timeout])
   const failed = (err: unknown): NodeError => {
@@ -81,13 +81,9 @@ export async function sendHttp(call: HttpCall): Promise<{ status: number; header
     return new NodeError('http_error', scrubUrl(`${method} ${shownUrl(raw)} failed: ${e?.code ?? e?.name ?? 'error'}${e?.message ? ` (${e.message})` : ''}`, raw).slice(0, 500))
   }
 
-  let target: URL
-  let url: URL
+  let dest: Destination
   try {
-    url = checkUrlShape(raw, policy)
-    const pinned = await resolveAllowed(url, policy, signal)
-    target = new URL(url)
-    target.hostname = pinned.family === 6 ? `[${pinned.address}]` : pinned.address
+    dest = await resolveDestination(raw, policy, signal)
   } catch (err) {
     if (signal.aborted) throw failed(err)
     if (!(err instanceof UnsafeUrlError)) throw err
@@ -95,28 +91,20 @@ export async function sendHttp(call: HttpCall): Promise<{ status: number; header
     if (err.transient) throw new NodeError('http_error', `url ${shownUrl(raw)}: ${err.message}`)
     throw new NodeError('ssrf_refused', `url ${shownUrl(raw)} ${err.message}`)
   }
-  headers.set('host', url.host)
-  if (tracingOn) return withSpan(`HTTP ${method}`, () => ({ 'http.request.method': method, 'server.address': url.hostname }), async (span) => {
+  if (tracingOn) return withSpan(`HTTP ${method}`, () => ({ 'http.request.method': method, 'server.address': dest.url.hostname }), async (span) => {
     // The span is the receiver's parent; the URL's path and query (which may hold a token) are not recorded.
     injectTrace(headers)
-    const answer = await fetchCapped(target, url, call, signal, failed)
+    const answer = await fetchCapped(dest, call, signal, failed)
     span.setAttribute('http.response.status_code', answer.status)
     return answer
   }, { kind: SpanKind.CLIENT })
-  return fetchCapped(target, url, call, signal, failed)
+  return fetchCapped(dest, call, signal, failed)
 }
 
-async function fetchCapped(target: URL, url: URL, call: HttpCall, signal: AbortSignal, failed: (err: unknown) => NodeError) {
+async function fetchCapped(dest: Destination, call: HttpCall, signal: AbortSignal, failed: (err: unknown) => NodeError) {
   const { method, headers, body } = call
   try {
-    const res = await fetch(target, {
-      method,
-      headers,
-      body,
-      redirect: 'manual',
-      signal,
-      tls: { serverName: url.hostname.startsWith('[') ? undefined : url.hostname },
-    } as RequestInit)
+    const res = await pinnedFetch(dest, { method, headers, body, signal })
     const text = await readCapped(res)
     return { status: res.status, headers: Object.fromEntries(res.headers), body: parseBody(text, res.headers.get('content-type')) }
   } catch (err) {

@@ -4,7 +4,7 @@ import type { FetchLike } from '@modelcontextprotocol/sdk/shared/transport.js'
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js'
 import ipaddr from 'ipaddr.js'
 import { sha256Hex } from '../../lib/crypto'
-import { checkUrlShape, isPublicAddress, resolveAllowed, UnsafeUrlError, type PinnedAddress, type UrlPolicy } from '../../lib/net-guard'
+import { checkUrlShape, isPublicAddress, pinnedFetch, resolveDestination, UnsafeUrlError, type Destination, type UrlPolicy } from '../../lib/net-guard'
 import { scrubUrl, shownUrl } from '../../lib/redact-url'
 import { injectTrace } from '../../lib/tracing'
 
@@ -251,11 +251,9 @@ async function shut(conn: Connection): Promise<void> {
 
 async function connect(spec: McpServerSpec, listTimeoutMs: number, callTimeoutMs: number): Promise<Connection> {
   const shown = redactUrl(spec.url)
-  let url: URL
-  let pinned: PinnedAddress
+  let dest: Destination
   try {
-    url = checkUrlShape(spec.url, spec.policy)
-    pinned = await resolveAllowed(url, spec.policy, AbortSignal.timeout(listTimeoutMs))
+    dest = await resolveDestination(spec.url, spec.policy, AbortSignal.timeout(listTimeoutMs))
   } catch (err) {
     if (!(err instanceof UnsafeUrlError)) throw err
     // A name that does not resolve may resolve later: unavailable, not refused.
@@ -269,9 +267,9 @@ async function connect(spec: McpServerSpec, listTimeoutMs: number, callTimeoutMs
     .filter((v) => v.length > 0)
     .sort((a, b) => b.length - a.length)
   const { Client, StreamableHTTPClientTransport } = await loadSdk()
-  const transport = new StreamableHTTPClientTransport(url, {
-    fetch: pinnedFetch(url, pinned, headers, callTimeoutMs + STREAM_GRACE_MS),
-    // Server-initiated streams are not listened for (pinnedFetch answers their GET 405), so nothing reconnects.
+  const transport = new StreamableHTTPClientTransport(dest.url, {
+    fetch: transportFetch(dest, headers, callTimeoutMs + STREAM_GRACE_MS),
+    // Server-initiated streams are not listened for (transportFetch answers their GET 405), so nothing reconnects.
     reconnectionOptions: { maxRetries: 0, initialReconnectionDelay: 1_000, maxReconnectionDelay: 1_000, reconnectionDelayGrowFactor: 1 },
   })
   const client = new Client({ name: 'agent-platform-api', version: '0.1.0' }, { capabilities: {} })
@@ -299,32 +297,21 @@ async function connect(spec: McpServerSpec, listTimeoutMs: number, callTimeoutMs
 }
 
 /**
- * The transport's fetch: every request goes to the pinned address with the configured headers and
- * W3C trace context, never follows a redirect, and only to the server's own origin. A stuck request
- * is cut STREAM_GRACE_MS after its call gave up (the SDK's time-out leaves the HTTP stream open).
+ * The transport's fetch: every request goes to the pinned address (src/lib/net-guard.ts: the server's
+ * own origin only, no redirect followed) with the configured headers and W3C trace context. A stuck
+ * request is cut STREAM_GRACE_MS after its call gave up (the SDK's time-out leaves the HTTP stream open).
  */
-function pinnedFetch(url: URL, pinned: PinnedAddress, configured: Record<string, string>, requestTimeoutMs: number): FetchLike {
-  const hostname = pinned.family === 6 ? `[${pinned.address}]` : pinned.address
-  const serverName = url.hostname.startsWith('[') ? undefined : url.hostname
+function transportFetch(dest: Destination, configured: Record<string, string>, requestTimeoutMs: number): FetchLike {
   return async (input, init) => {
     const target = new URL(typeof input === 'string' ? input : input.href)
-    if (target.origin !== url.origin) throw new UnsafeUrlError(`refused a request to ${target.origin}: only ${url.origin} was checked`)
     // The server's own stream of requests and notifications: not needed for tools, not opened.
     if ((init?.method ?? 'GET') === 'GET') return new Response(null, { status: 405 })
     const headers = new Headers(configured)
     for (const [k, v] of new Headers(init?.headers)) headers.set(k, v)
-    headers.set('host', target.host)
     headers.set('user-agent', USER_AGENT)
     injectTrace(headers)
-    target.hostname = hostname
     const timeout = AbortSignal.timeout(requestTimeoutMs)
-    return fetch(target, {
-      ...init,
-      headers,
-      redirect: 'manual',
-      signal: init?.signal ? AbortSignal.any([init.signal, timeout]) : timeout,
-      tls: { serverName },
-    } as RequestInit)
+    return pinnedFetch(dest, { ...init, headers, signal: init?.signal ? AbortSignal.any([init.signal, timeout]) : timeout }, target)
   }
 }
 
