@@ -30,14 +30,14 @@ const OPERATIONS: Record<string, string[]> = {
   '/v1/documents/{document_id}': ['get'],
 }
 
-interface Document {
+export interface OpenApiDocument {
   paths: Record<string, Record<string, unknown>>
   components: unknown
 }
 
 /** The generated file's text for this OpenAPI document. */
-export async function consoleTypes(document: Document): Promise<string> {
-  const paths: Document['paths'] = {}
+export async function consoleTypes(document: OpenApiDocument): Promise<string> {
+  const paths: OpenApiDocument['paths'] = {}
   for (const [path, methods] of Object.entries(OPERATIONS)) {
     const item = document.paths[path]
     if (!item) throw new Error(`the OpenAPI document has no ${path}: update OPERATIONS in scripts/console-types.ts`)
@@ -50,7 +50,7 @@ export async function consoleTypes(document: Document): Promise<string> {
 if (import.meta.main) {
   const h = await startHarness()
   try {
-    const document = (await (await h.app.handle(new Request('http://localhost/docs/json'))).json()) as Document
+    const document = (await (await h.app.handle(new Request('http://localhost/docs/json'))).json()) as OpenApiDocument
     writeFileSync(CONSOLE_TYPES_FILE, await consoleTypes(document))
     console.log(`wrote ${CONSOLE_TYPES_FILE}`)
   } finally {

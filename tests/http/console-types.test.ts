@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
 import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
-import { CONSOLE_TYPES_FILE, consoleTypes } from '../../scripts/console-types'
+import { CONSOLE_TYPES_FILE, consoleTypes, type OpenApiDocument } from '../../scripts/console-types'
 import { startHarness, type Harness } from '../helpers/harness'
 
 setDefaultTimeout(TEST_TIMEOUT_MS)
@@ -21,7 +21,7 @@ afterAll(async () => {
 })
 
 test('src/console/api-types.ts is generated from the document /docs/json serves now', async () => {
-  const document = await (await h.app.handle(new Request('http://localhost/docs/json'))).json()
+  const document = (await (await h.app.handle(new Request('http://localhost/docs/json'))).json()) as OpenApiDocument
   const expected = await consoleTypes(document)
   const onDisk = await Bun.file(CONSOLE_TYPES_FILE).text()
   if (onDisk !== expected) throw new Error('src/console/api-types.ts is stale: run bun run console-types (and commit the result)')
