@@ -11,7 +11,7 @@ import type { Unsubscribe } from '../store/redis/port'
 import { adminWorkspaceIds, getMember, getWorkspace } from '../store/workspaces'
 import type { Role } from '../store/workspaces'
 import { roleAtMost, roleBelow, type Caller, type EffectiveRole } from './access'
-import { access } from './workspaces'
+import { access } from './ownership'
 
 const REVOKED_CHANNEL = 'api-keys.revoked'
 // A cached key is re-read at most this often, so a change made without pub/sub (a manual UPDATE)

@@ -2,7 +2,7 @@ import type { Deps } from '../deps'
 import { newId } from '../lib/ids'
 import type { ListQuery } from '../lib/lists'
 import type { Caller } from './access'
-import { access } from './workspaces'
+import { access } from './ownership'
 import * as store from '../store/audit'
 
 /**

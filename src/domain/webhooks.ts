@@ -13,7 +13,7 @@ import * as store from '../store/webhooks'
 import { findWorkspaceAccess } from '../store/workspaces'
 import { authorize, type Action, type Caller } from './access'
 import { advanceDelivery, newDelivery } from './deliveries'
-import { listScope, loadOwned } from './workspaces'
+import { listScope, loadOwned } from './ownership'
 
 /** The event types a webhook may subscribe to (docs/webhooks.md, "Registering"). */
 export const EVENT_TYPES = [

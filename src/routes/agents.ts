@@ -3,7 +3,7 @@ import type { Deps } from '../deps'
 import * as agents from '../domain/agents/service'
 import * as conversations from '../domain/agents/conversations'
 import { prepareTurn, turnEvents, type Turn } from '../domain/agents/chat'
-import { resolveWorkspaceId } from '../domain/workspaces'
+import { resolveWorkspaceId } from '../domain/ownership'
 import { AppError } from '../lib/errors'
 import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
 import {

@@ -1,6 +1,6 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps'
-import { resolveWorkspaceId } from '../domain/workspaces'
+import { resolveWorkspaceId } from '../domain/ownership'
 import * as webhooks from '../domain/webhooks'
 import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
 import { DELIVERY_TIMER } from '../domain/deliveries'

@@ -1,4 +1,5 @@
 import { Elysia } from 'elysia'
+import { access } from '../domain/ownership'
 import * as workspaces from '../domain/workspaces'
 import type { Deps } from '../deps'
 import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
@@ -43,7 +44,7 @@ export function workspaceRoutes(deps: Deps) {
       detail: { operationId: 'createWorkspace', tags, summary: 'Create a workspace; the caller becomes its owner (and an admin member)' },
     })
     .get('/workspaces/:id', async ({ caller, requestId, params }) =>
-      envelope(requestId, toWorkspace(await workspaces.access(sql, caller, params.id, 'read'))), {
+      envelope(requestId, toWorkspace(await access(sql, caller, params.id, 'read'))), {
       params: WorkspaceParams,
       response: { 200: Envelope(Workspace, 'The workspace'), ...errors(404) },
       detail: { operationId: 'getWorkspace', tags, summary: 'Get a workspace' },

@@ -7,7 +7,7 @@ import { RUN_MACHINE_VERSION, runDefinition, runMachine, type RunContext } from 
 import type { WriteKey } from '../../store/idempotent-writes'
 import * as runs from '../../store/runs'
 import { onlyUserOf, type Caller } from '../access'
-import { listScope, loadOwned, loadOwnedWithRole } from '../workspaces'
+import { listScope, loadOwned, loadOwnedWithRole } from '../ownership'
 import { validateInputs } from './graph'
 import { loadWorkflow } from './service'
 import { findWorkflow, getWorkflowVersion, type WorkflowRow } from '../../store/workflows'
