@@ -116,6 +116,6 @@ const str = (v: unknown) => (typeof v === 'string' ? v : null)
 
 /** A workspace's audit trail, newest first by default: admins (and owners) only, archived or not. */
 export async function listAuditLog(deps: Deps, caller: Caller, workspaceId: string, q: ListQuery) {
-  await access(deps.db.sql, caller, workspaceId, 'manage', true)
+  await access(deps, caller, workspaceId, 'manage', true)
   return store.listAudit(deps.db.sql, workspaceId, q)
 }

@@ -1,3 +1,4 @@
+import type { Deps } from '../deps'
 import { AppError, invalid, notFound } from '../lib/errors'
 import type { Pool as Sql } from '../store/db'
 import type { WorkspaceScope } from '../store/lists'
@@ -11,8 +12,8 @@ import { authorize, type Action, type Caller, type EffectiveRole } from './acces
  */
 
 /** Loads the workspace with the caller's role and checks the action, in one query. */
-export async function access(sql: Sql, caller: Caller, id: string, action: Action, allowArchived = false) {
-  return authorize(caller, await store.findWorkspaceAccess(sql, id, caller.userId), action, { id, allowArchived })
+export async function access(deps: Pick<Deps, 'db'>, caller: Caller, id: string, action: Action, allowArchived = false) {
+  return authorize(caller, await store.findWorkspaceAccess(deps.db.sql, id, caller.userId), action, { id, allowArchived })
 }
 
 /**
@@ -56,14 +57,14 @@ export async function loadOwnedWithRole<R extends { workspace_id: string }>(
  * header > the key's workspace > the user's only workspace; otherwise a 400 naming `workspace_id`.
  */
 export async function resolveWorkspaceId(
-  sql: Sql,
+  deps: Pick<Deps, 'db'>,
   caller: Caller,
   explicit: string | undefined,
   header: string | undefined,
 ): Promise<string> {
   const named = explicit ?? header ?? caller.workspaceId
   if (named) return named
-  const ids = await store.memberWorkspaceIds(sql, caller.userId)
+  const ids = await store.memberWorkspaceIds(deps.db.sql, caller.userId)
   if (ids.length === 1) return ids[0]!
   throw invalid('workspace_id', ids.length === 0 ? 'is required: the caller belongs to no workspace' : 'is required: the caller belongs to several workspaces')
 }
@@ -74,12 +75,12 @@ export async function resolveWorkspaceId(
  * anyone else: those it is a member of). A named one (`workspace_id`, else X-Workspace-Id) is a
  * filter, and one the caller cannot read answers 404 as it does for any resource of it.
  */
-export async function listScope(sql: Sql, caller: Caller, named: string | undefined): Promise<WorkspaceScope> {
+export async function listScope(deps: Pick<Deps, 'db'>, caller: Caller, named: string | undefined): Promise<WorkspaceScope> {
   if (named !== undefined) {
-    await access(sql, caller, named, 'read')
+    await access(deps, caller, named, 'read')
     return [named]
   }
   if (caller.isRoot) return caller.workspaceId === null ? 'all' : [caller.workspaceId]
-  const ids = await store.readableWorkspaceIds(sql, caller.userId)
+  const ids = await store.readableWorkspaceIds(deps.db.sql, caller.userId)
   return caller.workspaceId === null ? ids : ids.filter((id) => id === caller.workspaceId)
 }

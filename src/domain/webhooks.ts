@@ -1,3 +1,4 @@
+import type { Deps } from '../deps'
 import type { Config } from '../config'
 import { safeEqual } from '../lib/crypto'
 import { AppError, invalid } from '../lib/errors'
@@ -91,8 +92,8 @@ export async function registerWebhook(
 }
 
 /** Every workspace the caller can read, or the one named (docs/api.md, "Lists"). */
-export async function listWebhooks(d: WebhookDeps, caller: Caller, workspaceId: string | undefined, q: ListQuery) {
-  return store.listWebhooks(d.sql, await listScope(d.sql, caller, workspaceId), q)
+export async function listWebhooks(deps: Pick<Deps, 'db'>, caller: Caller, workspaceId: string | undefined, q: ListQuery) {
+  return store.listWebhooks(deps.db.sql, await listScope(deps, caller, workspaceId), q)
 }
 
 export async function updateWebhook(

@@ -1,7 +1,7 @@
+import type { Deps } from '../deps'
 import { AppError } from '../lib/errors'
 import { newId } from '../lib/ids'
 import type { ListQuery } from '../lib/lists'
-import type { Pool as Sql } from '../store/db'
 import * as store from '../store/workspaces'
 import { changingAccess } from '../store/access-generation'
 import { recordWrite, type WriteKey } from '../store/idempotent-writes'
@@ -14,7 +14,7 @@ export const WORKSPACE_TYPES = ['team', 'personal'] as const
 export const JOIN_POLICIES = ['approve_required', 'invite_only', 'open'] as const
 
 export async function createWorkspace(
-  sql: Sql,
+  deps: Pick<Deps, 'db'>,
   caller: Caller,
   input: { name: string; description?: string; type?: string; join_policy?: string },
   key?: WriteKey,
@@ -26,7 +26,7 @@ export async function createWorkspace(
   const id = newId('ws')
   // Announced too: a call that named this id before it existed may have kept "no such workspace".
   return changingAccess([id], () =>
-    sql.begin(async (tx) => {
+    deps.db.sql.begin(async (tx) => {
       const row = await store.insertWorkspace(tx, {
         id,
         name: input.name,
@@ -41,34 +41,34 @@ export async function createWorkspace(
   )
 }
 
-export function listWorkspaces(sql: Sql, caller: Caller, q: ListQuery) {
-  if (!caller.isRoot) return store.listWorkspaces(sql, { userId: caller.userId, workspaceId: caller.workspaceId }, q)
+export function listWorkspaces(deps: Pick<Deps, 'db'>, caller: Caller, q: ListQuery) {
+  if (!caller.isRoot) return store.listWorkspaces(deps.db.sql, { userId: caller.userId, workspaceId: caller.workspaceId }, q)
   const filters = caller.workspaceId ? [...q.filters, { field: 'id', op: 'eq' as const, value: caller.workspaceId }] : q.filters
-  return store.listWorkspaces(sql, { all: true }, { ...q, filters })
+  return store.listWorkspaces(deps.db.sql, { all: true }, { ...q, filters })
 }
 
-export async function updateWorkspace(sql: Sql, caller: Caller, id: string, patch: { name?: string; description?: string }) {
-  await access(sql, caller, id, 'manage')
-  return sql.begin((tx) => store.updateWorkspace(tx, id, patch))
+export async function updateWorkspace(deps: Pick<Deps, 'db'>, caller: Caller, id: string, patch: { name?: string; description?: string }) {
+  await access(deps, caller, id, 'manage')
+  return deps.db.sql.begin((tx) => store.updateWorkspace(tx, id, patch))
 }
 
-export async function deleteWorkspace(sql: Sql, caller: Caller, id: string) {
-  await access(sql, caller, id, 'own', true)
-  await changingAccess([id], () => sql.begin((tx) => store.deleteWorkspace(tx, id)))
+export async function deleteWorkspace(deps: Pick<Deps, 'db'>, caller: Caller, id: string) {
+  await access(deps, caller, id, 'own', true)
+  await changingAccess([id], () => deps.db.sql.begin((tx) => store.deleteWorkspace(tx, id)))
 }
 
-export async function setStatus(sql: Sql, caller: Caller, id: string, status: 'active' | 'archived') {
-  const ws = await access(sql, caller, id, 'manage', true)
+export async function setStatus(deps: Pick<Deps, 'db'>, caller: Caller, id: string, status: 'active' | 'archived') {
+  const ws = await access(deps, caller, id, 'manage', true)
   if (ws.status === status) return ws
-  return changingAccess([id], () => sql.begin((tx) => store.setWorkspaceStatus(tx, id, status)))
+  return changingAccess([id], () => deps.db.sql.begin((tx) => store.setWorkspaceStatus(tx, id, status)))
 }
 
 /** Only the current owner may transfer (docs/decisions.md, "Workspaces"), to a current member, who becomes admin. */
-export async function transferWorkspace(sql: Sql, caller: Caller, id: string, newOwnerId: string) {
+export async function transferWorkspace(deps: Pick<Deps, 'db'>, caller: Caller, id: string, newOwnerId: string) {
   // 'own' also refuses keys capped by a role limit and archived workspaces; root passes it but is no owner.
-  const ws = await access(sql, caller, id, 'own')
+  const ws = await access(deps, caller, id, 'own')
   if (ws.owner_id !== caller.userId) throw new AppError('forbidden', 'only the current owner of the workspace may transfer it')
-  return changingAccess([id], () => sql.begin(async (tx) => {
+  return changingAccess([id], () => deps.db.sql.begin(async (tx) => {
     const locked = await store.lockWorkspace(tx, id)
     if (locked.owner_id !== caller.userId) throw new AppError('conflict', 'the workspace changed owner meanwhile')
     if (newOwnerId === locked.owner_id) throw new AppError('conflict', `${newOwnerId} already owns workspace ${id}`, { param: 'new_owner_id' })
@@ -83,14 +83,14 @@ export async function transferWorkspace(sql: Sql, caller: Caller, id: string, ne
   }))
 }
 
-export async function listMembers(sql: Sql, caller: Caller, id: string, q: ListQuery) {
-  await access(sql, caller, id, 'read')
-  return store.listMembers(sql, id, q)
+export async function listMembers(deps: Pick<Deps, 'db'>, caller: Caller, id: string, q: ListQuery) {
+  await access(deps, caller, id, 'read')
+  return store.listMembers(deps.db.sql, id, q)
 }
 
-export async function addMember(sql: Sql, caller: Caller, id: string, userId: string, role: Role, key?: WriteKey) {
-  await access(sql, caller, id, 'manage')
-  return changingAccess([id], () => sql.begin(async (tx) => {
+export async function addMember(deps: Pick<Deps, 'db'>, caller: Caller, id: string, userId: string, role: Role, key?: WriteKey) {
+  await access(deps, caller, id, 'manage')
+  return changingAccess([id], () => deps.db.sql.begin(async (tx) => {
     await store.lockWorkspace(tx, id)
     // First: a retry of an addition already made is answered from it, not refused as a conflict.
     await recordWrite(tx, key, 'member', `${id}/${userId}`)
@@ -104,9 +104,9 @@ export async function addMember(sql: Sql, caller: Caller, id: string, userId: st
  * restricted to the workspace and every key it issued there (the routes then drop them from every
  * process's cache: ApiKeys.forgetWorkspace).
  */
-export async function changeMemberRole(sql: Sql, caller: Caller, id: string, userId: string, role: Role) {
-  await access(sql, caller, id, 'manage')
-  return changingAccess([id], () => sql.begin(async (tx) => {
+export async function changeMemberRole(deps: Pick<Deps, 'db'>, caller: Caller, id: string, userId: string, role: Role) {
+  await access(deps, caller, id, 'manage')
+  return changingAccess([id], () => deps.db.sql.begin(async (tx) => {
     const ws = await store.lockWorkspace(tx, id)
     if (ws.owner_id === userId && role !== 'admin') {
       throw new AppError('conflict', 'the owner is always an admin; transfer ownership first', { param: 'role' })
@@ -119,9 +119,9 @@ export async function changeMemberRole(sql: Sql, caller: Caller, id: string, use
   }))
 }
 
-export async function removeMember(sql: Sql, caller: Caller, id: string, userId: string) {
-  await access(sql, caller, id, 'manage')
-  return changingAccess([id], () => sql.begin(async (tx) => {
+export async function removeMember(deps: Pick<Deps, 'db'>, caller: Caller, id: string, userId: string) {
+  await access(deps, caller, id, 'manage')
+  return changingAccess([id], () => deps.db.sql.begin(async (tx) => {
     const ws = await store.lockWorkspace(tx, id)
     if (ws.owner_id === userId) throw new AppError('conflict', 'the owner cannot be removed; transfer ownership first')
     const member = await store.deleteMember(tx, id, userId)

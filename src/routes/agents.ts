@@ -46,7 +46,7 @@ export function agentRoutes(deps: Deps) {
   return new Elysia({ name: 'routes.agents' })
     .use(authenticated(deps))
     .post('/agents', async ({ caller, requestId, body, headers, set, request }) => {
-      const workspaceId = await resolveWorkspaceId(sql, caller, body.workspace_id, headers['x-workspace-id'])
+      const workspaceId = await resolveWorkspaceId(deps, caller, body.workspace_id, headers['x-workspace-id'])
       const { workspace_id: _, ...input } = body
       set.status = 201
       return envelope(requestId, toAgent(await agents.createAgent(deps, caller, workspaceId, input as agents.AgentInput, writeKey(request))))

@@ -42,11 +42,11 @@ export async function keyedAnswer(deps: Deps, request: Request, requestId: strin
   const created = (data: unknown): KeyedAnswer => ({ status: 201, body: envelope(requestId, data) })
   switch (write.kind) {
     case 'workspace':
-      return created(toWorkspace(await access(sql, caller, id, 'read')))
+      return created(toWorkspace(await access(deps, caller, id, 'read')))
     case 'member': {
       const slash = id.indexOf('/')
       const workspaceId = id.slice(0, slash)
-      await access(sql, caller, workspaceId, 'read')
+      await access(deps, caller, workspaceId, 'read')
       const member = await getMember(sql, workspaceId, id.slice(slash + 1))
       if (!member) throw notFound('member', id.slice(slash + 1))
       return created(toMember(member))

@@ -44,7 +44,7 @@ export function knowledgeRoutes(deps: Deps) {
   return new Elysia({ name: 'routes.knowledge' })
     .use(authenticated(deps))
     .post('/knowledge-bases', async ({ caller, requestId, body, headers, set, request }) => {
-      const workspaceId = await resolveWorkspaceId(sql, caller, body.workspace_id, headers['x-workspace-id'])
+      const workspaceId = await resolveWorkspaceId(deps, caller, body.workspace_id, headers['x-workspace-id'])
       set.status = 201
       return envelope(requestId, toKnowledgeBase(await bases.createKnowledgeBase(deps, caller, { ...body, workspace_id: workspaceId }, writeKey(request))))
     }, {

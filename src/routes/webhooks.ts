@@ -37,7 +37,7 @@ export function webhookRoutes(deps: Deps) {
   return new Elysia({ name: 'routes.webhooks' })
     .use(authenticated(deps))
     .post('/webhooks', async ({ caller, requestId, body, headers, set, request }) => {
-      const workspaceId = await resolveWorkspaceId(d.sql, caller, body.workspace_id, headers['x-workspace-id'])
+      const workspaceId = await resolveWorkspaceId(deps, caller, body.workspace_id, headers['x-workspace-id'])
       set.status = 201
       return envelope(requestId, toWebhook(await webhooks.registerWebhook(d, caller, workspaceId, body, writeKey(request))))
     }, {
@@ -54,7 +54,7 @@ export function webhookRoutes(deps: Deps) {
     .get('/webhooks', async ({ caller, requestId, query, headers }) => {
       const q = parseListQuery(query, webhookList)
       const workspaceId = (query as { workspace_id?: string }).workspace_id ?? headers['x-workspace-id']
-      return { request_id: requestId, ...toPage(await webhooks.listWebhooks(d, caller, workspaceId, q), q, toWebhook) }
+      return { request_id: requestId, ...toPage(await webhooks.listWebhooks(deps, caller, workspaceId, q), q, toWebhook) }
     }, {
       query: ListQuery('created_at, updated_at', { workspace_id: t.Optional(t.String({ description: 'Only this workspace (else X-Workspace-Id); without either, every workspace the caller can read. One the caller cannot read is 404' })) }),
       response: { 200: ListOf(Webhook, 'A page of webhooks'), ...errors(403, 404) },

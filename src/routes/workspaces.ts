@@ -23,12 +23,11 @@ const memberList: ListSpec = {
 const tags = ['workspaces']
 
 export function workspaceRoutes(deps: Deps) {
-  const sql = deps.db.sql
   return new Elysia({ name: 'routes.workspaces' })
     .use(authenticated(deps))
     .get('/workspaces', async ({ caller, requestId, query }) => {
       const q = parseListQuery(query, workspaceList)
-      return { request_id: requestId, ...toPage(await workspaces.listWorkspaces(sql, caller, q), q, toWorkspace) }
+      return { request_id: requestId, ...toPage(await workspaces.listWorkspaces(deps, caller, q), q, toWorkspace) }
     }, {
       query: ListQuery('created_at, name', { status: t.Optional(t.String({ description: 'active or archived; status_in=active,archived for several' })) }),
       response: { 200: ListOf(Workspace, 'A page of workspaces'), ...errors() },
@@ -36,7 +35,7 @@ export function workspaceRoutes(deps: Deps) {
     })
     .post('/workspaces', async ({ caller, requestId, body, set, request }) => {
       set.status = 201
-      return envelope(requestId, toWorkspace(await workspaces.createWorkspace(sql, caller, body, writeKey(request))))
+      return envelope(requestId, toWorkspace(await workspaces.createWorkspace(deps, caller, body, writeKey(request))))
     }, {
       body: CreateWorkspace,
       parse: 'json',
@@ -44,13 +43,13 @@ export function workspaceRoutes(deps: Deps) {
       detail: { operationId: 'createWorkspace', tags, summary: 'Create a workspace; the caller becomes its owner (and an admin member)' },
     })
     .get('/workspaces/:id', async ({ caller, requestId, params }) =>
-      envelope(requestId, toWorkspace(await access(sql, caller, params.id, 'read'))), {
+      envelope(requestId, toWorkspace(await access(deps, caller, params.id, 'read'))), {
       params: WorkspaceParams,
       response: { 200: Envelope(Workspace, 'The workspace'), ...errors(404) },
       detail: { operationId: 'getWorkspace', tags, summary: 'Get a workspace' },
     })
     .patch('/workspaces/:id', async ({ caller, requestId, params, body }) =>
-      envelope(requestId, toWorkspace(await workspaces.updateWorkspace(sql, caller, params.id, body))), {
+      envelope(requestId, toWorkspace(await workspaces.updateWorkspace(deps, caller, params.id, body))), {
       params: WorkspaceParams,
       body: UpdateWorkspace,
       parse: 'json',
@@ -58,7 +57,7 @@ export function workspaceRoutes(deps: Deps) {
       detail: { operationId: 'updateWorkspace', tags, summary: 'Update a workspace name or description (admin)' },
     })
     .delete('/workspaces/:id', async ({ caller, requestId, params }) => {
-      await workspaces.deleteWorkspace(sql, caller, params.id)
+      await workspaces.deleteWorkspace(deps, caller, params.id)
       await deps.apiKeys.forgetWorkspace(params.id)
       return envelope(requestId, { id: params.id, deleted: true as const })
     }, {
@@ -67,19 +66,19 @@ export function workspaceRoutes(deps: Deps) {
       detail: { operationId: 'deleteWorkspace', tags, summary: 'Delete a workspace and everything inside it, irreversibly (owner)' },
     })
     .post('/workspaces/:id/archive', async ({ caller, requestId, params }) =>
-      envelope(requestId, toWorkspace(await workspaces.setStatus(sql, caller, params.id, 'archived'))), {
+      envelope(requestId, toWorkspace(await workspaces.setStatus(deps, caller, params.id, 'archived'))), {
       params: WorkspaceParams,
       response: { 200: Envelope(Workspace, 'The workspace, now archived'), ...errors(403, 404, 409, 422) },
       detail: { operationId: 'archiveWorkspace', tags, summary: 'Archive a workspace: it becomes read-only (admin)' },
     })
     .post('/workspaces/:id/restore', async ({ caller, requestId, params }) =>
-      envelope(requestId, toWorkspace(await workspaces.setStatus(sql, caller, params.id, 'active'))), {
+      envelope(requestId, toWorkspace(await workspaces.setStatus(deps, caller, params.id, 'active'))), {
       params: WorkspaceParams,
       response: { 200: Envelope(Workspace, 'The workspace, active again'), ...errors(403, 404, 409, 422) },
       detail: { operationId: 'restoreWorkspace', tags, summary: 'Restore an archived workspace (admin)' },
     })
     .post('/workspaces/:id/transfer', async ({ caller, requestId, params, body }) => {
-      const ws = await workspaces.transferWorkspace(sql, caller, params.id, body.new_owner_id)
+      const ws = await workspaces.transferWorkspace(deps, caller, params.id, body.new_owner_id)
       await deps.apiKeys.forgetWorkspace(params.id)
       return envelope(requestId, toWorkspace(ws))
     }, {
@@ -91,7 +90,7 @@ export function workspaceRoutes(deps: Deps) {
     })
     .get('/workspaces/:id/members', async ({ caller, requestId, params, query }) => {
       const q = parseListQuery(query, memberList)
-      return { request_id: requestId, ...toPage(await workspaces.listMembers(sql, caller, params.id, q), q, toMember) }
+      return { request_id: requestId, ...toPage(await workspaces.listMembers(deps, caller, params.id, q), q, toMember) }
     }, {
       params: WorkspaceParams,
       query: ListQuery('created_at, user_id', { role: t.Optional(t.String()) }),
@@ -100,7 +99,7 @@ export function workspaceRoutes(deps: Deps) {
     })
     .post('/workspaces/:id/members', async ({ caller, requestId, params, body, set, request }) => {
       set.status = 201
-      return envelope(requestId, toMember(await workspaces.addMember(sql, caller, params.id, body.user_id, body.role, writeKey(request))))
+      return envelope(requestId, toMember(await workspaces.addMember(deps, caller, params.id, body.user_id, body.role, writeKey(request))))
     }, {
       params: WorkspaceParams,
       body: AddMember,
@@ -109,7 +108,7 @@ export function workspaceRoutes(deps: Deps) {
       detail: { operationId: 'addMember', tags: ['members'], summary: 'Add a member with a role (admin)' },
     })
     .patch('/workspaces/:id/members/:user_id', async ({ caller, requestId, params, body }) => {
-      const member = await workspaces.changeMemberRole(sql, caller, params.id, params.user_id, body.role)
+      const member = await workspaces.changeMemberRole(deps, caller, params.id, params.user_id, body.role)
       await deps.apiKeys.forgetWorkspace(params.id)
       return envelope(requestId, toMember(member))
     }, {
@@ -120,7 +119,7 @@ export function workspaceRoutes(deps: Deps) {
       detail: { operationId: 'updateMember', tags: ['members'], summary: "Change a member's role (admin); the owner stays admin", description: 'The keys the member issued for others that its new role could not issue (below admin: all of them) are revoked at once.' },
     })
     .delete('/workspaces/:id/members/:user_id', async ({ caller, requestId, params }) => {
-      const removed = await workspaces.removeMember(sql, caller, params.id, params.user_id)
+      const removed = await workspaces.removeMember(deps, caller, params.id, params.user_id)
       await deps.apiKeys.forgetWorkspace(params.id)
       return envelope(requestId, { workspace_id: removed.workspace_id, user_id: removed.user_id, deleted: true as const })
     }, {
