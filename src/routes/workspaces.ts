@@ -1,4 +1,4 @@
-import { Elysia } from 'elysia'
+import { Elysia, t } from 'elysia'
 import { access } from '../domain/ownership'
 import * as workspaces from '../domain/workspaces'
 import type { Deps } from '../deps'
@@ -10,7 +10,6 @@ import {
   AddMember, ChangeRole, CreateWorkspace, DeletedWorkspace, Member, MemberParams, RemovedMember, toMember, toWorkspace,
   Transfer, UpdateWorkspace, Workspace, WorkspaceParams,
 } from './workspaces.model'
-import { t } from 'elysia'
 
 const workspaceList: ListSpec = {
   sortable: { created_at: 'time', name: 'text' },
@@ -22,8 +21,20 @@ const memberList: ListSpec = {
 }
 const tags = ['workspaces']
 
+/**
+ * The workspace resource and its members (docs/api.md, "Keys, roles and workspaces"), one plugin per
+ * part, registered in this order (the OpenAPI document lists the routes as they are registered).
+ */
 export function workspaceRoutes(deps: Deps) {
   return new Elysia({ name: 'routes.workspaces' })
+    .use(workspaceResourceRoutes(deps))
+    .use(workspaceLifecycleRoutes(deps))
+    .use(memberRoutes(deps))
+}
+
+/** List, create, read, rename and delete workspaces. */
+function workspaceResourceRoutes(deps: Deps) {
+  return new Elysia({ name: 'routes.workspaces.resource' })
     .use(authenticated(deps))
     .get('/workspaces', async ({ caller, requestId, query }) => {
       const q = parseListQuery(query, workspaceList)
@@ -65,6 +76,12 @@ export function workspaceRoutes(deps: Deps) {
       response: { 200: Envelope(DeletedWorkspace, 'The workspace was deleted'), ...errors(403, 404, 409, 422) },
       detail: { operationId: 'deleteWorkspace', tags, summary: 'Delete a workspace and everything inside it, irreversibly (owner)' },
     })
+}
+
+/** Archive, restore and transfer: who may still change a workspace, and who owns it. */
+function workspaceLifecycleRoutes(deps: Deps) {
+  return new Elysia({ name: 'routes.workspaces.lifecycle' })
+    .use(authenticated(deps))
     .post('/workspaces/:id/archive', async ({ caller, requestId, params }) =>
       envelope(requestId, toWorkspace(await workspaces.setStatus(deps, caller, params.id, 'archived'))), {
       params: WorkspaceParams,
@@ -88,6 +105,12 @@ export function workspaceRoutes(deps: Deps) {
       response: { 200: Envelope(Workspace, 'The workspace under its new owner'), ...errors(403, 404, 409, 422) },
       detail: { operationId: 'transferWorkspace', tags, summary: 'Transfer ownership to a current member (current owner only)', description: 'The new owner becomes an admin; the previous owner stays an admin member, and the keys it issued for other admins are revoked (an admin may not issue them).' },
     })
+}
+
+/** The members of a workspace and their roles. */
+function memberRoutes(deps: Deps) {
+  return new Elysia({ name: 'routes.workspaces.members' })
+    .use(authenticated(deps))
     .get('/workspaces/:id/members', async ({ caller, requestId, params, query }) => {
       const q = parseListQuery(query, memberList)
       return { request_id: requestId, ...toPage(await workspaces.listMembers(deps, caller, params.id, q), q, toMember) }
