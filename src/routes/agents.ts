@@ -42,7 +42,6 @@ async function* turnStream(deps: Deps, turn: Turn, requestId: string, abort: Abo
 }
 
 export function agentRoutes(deps: Deps) {
-  const sql = deps.db.sql
   return new Elysia({ name: 'routes.agents' })
     .use(authenticated(deps))
     .post('/agents', async ({ caller, requestId, body, headers, set, request }) => {

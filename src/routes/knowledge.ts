@@ -40,7 +40,6 @@ function textUpload(body: unknown) {
 }
 
 export function knowledgeRoutes(deps: Deps) {
-  const sql = deps.db.sql
   return new Elysia({ name: 'routes.knowledge' })
     .use(authenticated(deps))
     .post('/knowledge-bases', async ({ caller, requestId, body, headers, set, request }) => {
