@@ -123,7 +123,7 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
     const secret = loadSecretKey(config.secretKey, config.dataDir)
     if (secret.generated) log.info({ file: secret.file }, 'SECRET_KEY is unset: generated one (keep this file; every process of a deployment must share it)')
     const secretBox = new SecretBox(secret.key)
-    await verifySecretKey(db.sql, secretBox, secret.file ? `from ${secret.file}` : 'from the environment')
+    await verifySecretKey({ db, secretBox }, secret.file ? `from ${secret.file}` : 'from the environment')
     const apiKeys = new ApiKeys(db.sql, redis)
     await apiKeys.start()
     // The check before a model call keeps its answers (access-cache.ts): on the embedded database until

@@ -8,10 +8,9 @@ import type { Pool as Sql } from '../store/db'
 import type { WriteKey } from '../store/idempotent-writes'
 import type { RedisPort } from '../store/redis'
 import type { Unsubscribe } from '../store/redis/port'
-import { adminWorkspaceIds, getMember, getWorkspace } from '../store/workspaces'
+import { adminWorkspaceIds, findWorkspaceAccess, getMember, getWorkspace } from '../store/workspaces'
 import type { Role } from '../store/workspaces'
-import { roleAtMost, roleBelow, type Caller, type EffectiveRole } from './access'
-import { access } from './workspaces'
+import { authorize, roleAtMost, roleBelow, type Action, type Caller, type EffectiveRole } from './access'
 
 const REVOKED_CHANNEL = 'api-keys.revoked'
 // A cached key is re-read at most this often, so a change made without pub/sub (a manual UPDATE)
@@ -143,7 +142,7 @@ export class ApiKeys {
     let roleLimit = input.role_limit ?? null
     if (!caller.isRoot) {
       if (workspaceId) {
-        const ws = await access(this.sql, caller, workspaceId, forSelf ? 'read' : 'manage')
+        const ws = await this.access(caller, workspaceId, forSelf ? 'read' : 'manage')
         if (!forSelf) {
           const member = await getMember(this.sql, ws.id, input.user_id)
           if (!member) throw invalid('user_id', `is not a member of workspace ${ws.id}`)
@@ -202,6 +201,14 @@ export class ApiKeys {
   }
 
   /**
+   * ownership.ts's `access`, on the pool the keys were built from: this class is part of Deps (it
+   * authenticates every request), so it cannot be handed Deps without an import circle.
+   */
+  private async access(caller: Caller, workspaceId: string, action: Action, allowArchived = false) {
+    return authorize(caller, await findWorkspaceAccess(this.sql, workspaceId, caller.userId), action, { id: workspaceId, allowArchived })
+  }
+
+  /**
    * False (404) for a key the caller may not see; 403 for a key of its workspace whose user is not
    * below it (an admin revoking the owner's or another admin's key). A former member has no role left:
    * its keys are any admin's to revoke.
@@ -211,7 +218,7 @@ export class ApiKeys {
     if (row.is_root) return false
     if (row.user_id === caller.userId && (caller.workspaceId === null || row.workspace_id === caller.workspaceId)) return true
     if (!row.workspace_id || (caller.workspaceId !== null && caller.workspaceId !== row.workspace_id)) return false
-    const ws = await access(this.sql, caller, row.workspace_id, 'manage', true).catch(() => null)
+    const ws = await this.access(caller, row.workspace_id, 'manage', true).catch(() => null)
     if (!ws) return false
     const member = await getMember(this.sql, ws.id, row.user_id)
     if (member) checkBelow(ws, row.user_id, member.role)

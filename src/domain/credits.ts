@@ -1,15 +1,10 @@
 import { AppError } from '../lib/errors'
 import type { Pool, Tx } from '../store/db'
 import * as store from '../store/credits'
-import { changingAccess } from '../store/access-generation'
-import { authorize, type Caller } from './access'
-import type { WorkspaceAccessRow } from '../store/workspaces'
 import type { ModelSpec } from './models/catalog'
-import { access } from './workspaces'
 import { round6 } from '../lib/usage'
 import { newId } from '../lib/ids'
 import { traceContext, tracingOn } from '../lib/tracing'
-import type { AccessCache } from './access-cache'
 
 /**
  * Credits (docs/models.md, "Credits and budgets"): every model call's tokens priced by the model's
@@ -36,20 +31,6 @@ export interface PendingCredits {
  */
 export async function checkBudget(sql: Pool, workspaceId: string, held: PendingCredits, now = new Date()): Promise<void> {
   const budget = await store.budgetState(sql, workspaceId, now)
-  if (!budget?.hard_limit) return
-  exceeded(workspaceId, budget, held.pending(workspaceId, now))
-}
-
-/**
- * Before a model call (docs/models.md, "Credits and budgets"): the caller may `use` the workspace,
- * and a hard-limit budget is not used up, in one query. A refused access (403/404) wins over an
- * exhausted budget (402), as when the two were asked apart.
- */
-export async function checkAccessAndBudget(sql: Pool, caller: Caller, workspaceId: string, held: PendingCredits, cache: AccessCache, now = new Date()): Promise<void> {
-  const period = store.periodStart(now)
-  const row = await cache.get(workspaceId, accessKey(workspaceId, caller.userId, period), () => store.accessAndBudget(sql, workspaceId, caller.userId, now), period)
-  authorize(caller, row?.access as WorkspaceAccessRow | null ?? null, 'use', { id: workspaceId })
-  const budget = row!.budget
   if (!budget?.hard_limit) return
   exceeded(workspaceId, budget, held.pending(workspaceId, now))
 }
@@ -83,56 +64,4 @@ function exceeded(workspaceId: string, budget: { used: string; credits: string; 
 export async function chargeIn(tx: Tx, c: store.Charge, now = new Date()): Promise<{ crossed: number[] }> {
   const { fired } = await store.addCharges(tx, [{ ...c, id: newId('crd'), at: now.getTime() }], [tracingOn ? traceContext() : null])
   return { crossed: fired[0]?.fired_now ?? [] }
-}
-
-export interface BudgetInput {
-  credits: number
-  period: 'month'
-  thresholds: number[]
-  hard_limit: boolean
-}
-
-/** PUT /v1/workspaces/{id}/budget (admin): thresholds are percents of the budget, kept sorted. */
-export async function setBudget(sql: Pool, caller: Caller, workspaceId: string, input: BudgetInput): Promise<store.BudgetRow> {
-  await access(sql, caller, workspaceId, 'manage')
-  const thresholds = [...new Set(input.thresholds)].sort((a, b) => a - b)
-  return changingAccess([workspaceId], () => sql.begin((tx) => store.putBudget(tx, { workspace_id: workspaceId, credits: input.credits, period: input.period, thresholds, hard_limit: input.hard_limit })))
-}
-
-/** GET /v1/workspaces/{id}/usage: totals by model and by day over [from, to), and the budget's state. */
-export async function usage(sql: Pool, caller: Caller, workspaceId: string, from: Date, to: Date, held: { flush(): Promise<void> }, now = new Date()) {
-  await access(sql, caller, workspaceId, 'read', true)
-  // What this process still holds is written first: a caller reads its own calls' charges.
-  await held.flush()
-  const rows = await store.usageByDayAndModel(sql, workspaceId, from, to)
-  const sum = (list: store.UsageRow[]) => ({
-    calls: list.reduce((n, r) => n + r.calls, 0),
-    tokens_in: list.reduce((n, r) => n + r.tokens_in, 0),
-    tokens_out: list.reduce((n, r) => n + r.tokens_out, 0),
-    credits: round6(list.reduce((n, r) => n + Number(r.credits), 0)),
-  })
-  const group = (by: (r: store.UsageRow) => string) => {
-    const groups = new Map<string, store.UsageRow[]>()
-    for (const r of rows) groups.set(by(r), [...(groups.get(by(r)) ?? []), r])
-    return [...groups]
-  }
-  const budget = await store.budgetState(sql, workspaceId, now)
-  const used = Number(budget?.used ?? 0)
-  return {
-    workspace_id: workspaceId,
-    from: from.toISOString(),
-    to: to.toISOString(),
-    total: sum(rows),
-    by_model: group((r) => r.model).map(([model, list]) => ({ model, ...sum(list) })),
-    by_day: group((r) => r.day).map(([day, list]) => ({ day, ...sum(list), by_model: list.map((r) => ({ model: r.model, ...sum([r]) })) })),
-    budget: budget && {
-      credits: Number(budget.credits),
-      period: budget.period,
-      period_start: store.periodStart(now),
-      used: round6(used),
-      remaining: round6(Math.max(0, Number(budget.credits) - used)),
-      thresholds: budget.thresholds,
-      hard_limit: budget.hard_limit,
-    },
-  }
 }

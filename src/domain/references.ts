@@ -1,5 +1,5 @@
+import type { Deps } from '../deps'
 import { invalid } from '../lib/errors'
-import type { Pool as Sql } from '../store/db'
 import { findAgent, type AgentRow } from '../store/agents'
 import { findKnowledgeBase, type KnowledgeBaseRow } from '../store/knowledge'
 import { findWorkflow, type WorkflowRow } from '../store/workflows'
@@ -10,14 +10,14 @@ import { findWorkflow, type WorkflowRow } from '../store/workflows'
  * workspace's resource and a missing one answer the same 400 naming the field, so a caller learns
  * nothing of other workspaces (docs/workflows.md, "knowledge_retrieval"; docs/agents.md).
  */
-export async function knowledgeBaseIn(sql: Sql, workspaceId: string, id: string, param: string): Promise<KnowledgeBaseRow> {
-  const kb = await findKnowledgeBase(sql, id)
+export async function knowledgeBaseIn(deps: Pick<Deps, 'db'>, workspaceId: string, id: string, param: string): Promise<KnowledgeBaseRow> {
+  const kb = await findKnowledgeBase(deps.db.sql, id)
   if (!kb || kb.workspace_id !== workspaceId) throw invalid(param, `knowledge base ${id} not found in workspace ${workspaceId}`)
   return kb
 }
 
-export async function workflowIn(sql: Sql, workspaceId: string, id: string, param: string): Promise<WorkflowRow> {
-  const wf = await findWorkflow(sql, id)
+export async function workflowIn(deps: Pick<Deps, 'db'>, workspaceId: string, id: string, param: string): Promise<WorkflowRow> {
+  const wf = await findWorkflow(deps.db.sql, id)
   if (!wf || wf.workspace_id !== workspaceId) throw invalid(param, `workflow ${id} not found in workspace ${workspaceId}`)
   return wf
 }
@@ -27,8 +27,8 @@ export async function workflowIn(sql: Sql, workspaceId: string, id: string, para
  * workflow: sub_workflow runs that), without `workflow` tools, whose runs would start outside the
  * run's children and escape its depth limit (docs/workflows.md, "agent").
  */
-export async function agentNodeTarget(sql: Sql, workspaceId: string, id: string, param: string): Promise<AgentRow> {
-  const agent = await findAgent(sql, id)
+export async function agentNodeTarget(deps: Pick<Deps, 'db'>, workspaceId: string, id: string, param: string): Promise<AgentRow> {
+  const agent = await findAgent(deps.db.sql, id)
   if (!agent || agent.workspace_id !== workspaceId) throw invalid(param, `agent ${id} not found in workspace ${workspaceId}`)
   const problem = agentNodeProblem(agent)
   if (problem) throw invalid(param, problem)

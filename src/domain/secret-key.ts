@@ -1,5 +1,5 @@
+import type { Deps } from '../deps'
 import type { SecretBox } from '../lib/secret-box'
-import type { Sql } from '../store/db'
 import { anySealedSecret, getSecretKeyCheck, putSecretKeyCheck } from '../store/secret-key-check'
 
 const CHECK_TEXT = 'agent-platform-api SECRET_KEY check'
@@ -25,7 +25,8 @@ export function requireSecretKey(config: { databaseUrl: string | null; secretKey
  * On a database from before the check value, a secret already sealed decides. `source` says where
  * the key came from, for the message.
  */
-export async function verifySecretKey(sql: Sql, box: SecretBox, source: string): Promise<void> {
+export async function verifySecretKey(deps: Pick<Deps, 'db' | 'secretBox'>, source: string): Promise<void> {
+  const { db: { sql }, secretBox: box } = deps
   let sealed = await getSecretKeyCheck(sql)
   if (sealed === null) {
     const existing = await anySealedSecret(sql)

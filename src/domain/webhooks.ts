@@ -12,7 +12,7 @@ import * as store from '../store/webhooks'
 import { findWorkspaceAccess } from '../store/workspaces'
 import { authorize, type Action, type Caller } from './access'
 import { advanceDelivery, DELIVERY_TIMER, newDelivery } from './deliveries'
-import { listScope, loadOwned } from './workspaces'
+import { listScope, loadOwned } from './ownership'
 
 /** The event types a webhook may subscribe to (docs/webhooks.md, "Registering"). */
 export const EVENT_TYPES = [
@@ -81,7 +81,7 @@ export async function registerWebhook(
 
 /** Every workspace the caller can read, or the one named (docs/api.md, "Lists"). */
 export async function listWebhooks(deps: Pick<Deps, 'db'>, caller: Caller, workspaceId: string | undefined, q: ListQuery) {
-  return store.listWebhooks(deps.db.sql, await listScope(deps.db.sql, caller, workspaceId), q)
+  return store.listWebhooks(deps.db.sql, await listScope(deps, caller, workspaceId), q)
 }
 
 export async function updateWebhook(

@@ -3,7 +3,7 @@ import type { Deps } from '../deps'
 import * as agents from '../domain/agents/service'
 import * as conversations from '../domain/agents/conversations'
 import { prepareTurn, turnEvents, type Turn } from '../domain/agents/chat'
-import { resolveWorkspaceId } from '../domain/workspaces'
+import { resolveWorkspaceId } from '../domain/ownership'
 import { AppError } from '../lib/errors'
 import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
 import {
@@ -42,11 +42,10 @@ async function* turnStream(deps: Deps, turn: Turn, requestId: string, abort: Abo
 }
 
 export function agentRoutes(deps: Deps) {
-  const sql = deps.db.sql
   return new Elysia({ name: 'routes.agents' })
     .use(authenticated(deps))
     .post('/agents', async ({ caller, requestId, body, headers, set, request }) => {
-      const workspaceId = await resolveWorkspaceId(sql, caller, body.workspace_id, headers['x-workspace-id'])
+      const workspaceId = await resolveWorkspaceId(deps, caller, body.workspace_id, headers['x-workspace-id'])
       const { workspace_id: _, ...input } = body
       set.status = 201
       return envelope(requestId, toAgent(await agents.createAgent(deps, caller, workspaceId, input as agents.AgentInput, writeKey(request))))

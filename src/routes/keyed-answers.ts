@@ -6,7 +6,7 @@ import * as triggers from '../domain/workflows/triggers'
 import * as runsDomain from '../domain/workflows/runs'
 import * as workflows from '../domain/workflows/service'
 import * as webhooks from '../domain/webhooks'
-import * as workspaces from '../domain/workspaces'
+import { access } from '../domain/ownership'
 import type { Deps } from '../deps'
 import { notFound } from '../lib/errors'
 import { getApiKey } from '../store/api-keys'
@@ -42,11 +42,11 @@ export async function keyedAnswer(deps: Deps, request: Request, requestId: strin
   const created = (data: unknown): KeyedAnswer => ({ status: 201, body: envelope(requestId, data) })
   switch (write.kind) {
     case 'workspace':
-      return created(toWorkspace(await workspaces.access(sql, caller, id, 'read')))
+      return created(toWorkspace(await access(deps, caller, id, 'read')))
     case 'member': {
       const slash = id.indexOf('/')
       const workspaceId = id.slice(0, slash)
-      await workspaces.access(sql, caller, workspaceId, 'read')
+      await access(deps, caller, workspaceId, 'read')
       const member = await getMember(sql, workspaceId, id.slice(slash + 1))
       if (!member) throw notFound('member', id.slice(slash + 1))
       return created(toMember(member))

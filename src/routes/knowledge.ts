@@ -4,7 +4,7 @@ import type { Deps } from '../deps'
 import * as bases from '../domain/knowledge/bases'
 import * as documents from '../domain/knowledge/documents'
 import { searchKnowledgeBase } from '../domain/knowledge/search'
-import { resolveWorkspaceId } from '../domain/workspaces'
+import { resolveWorkspaceId } from '../domain/ownership'
 import { invalid } from '../lib/errors'
 import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
 import { Described, Envelope, envelope, errors, ListOf, ListQuery } from './common.model'
@@ -40,11 +40,10 @@ function textUpload(body: unknown) {
 }
 
 export function knowledgeRoutes(deps: Deps) {
-  const sql = deps.db.sql
   return new Elysia({ name: 'routes.knowledge' })
     .use(authenticated(deps))
     .post('/knowledge-bases', async ({ caller, requestId, body, headers, set, request }) => {
-      const workspaceId = await resolveWorkspaceId(sql, caller, body.workspace_id, headers['x-workspace-id'])
+      const workspaceId = await resolveWorkspaceId(deps, caller, body.workspace_id, headers['x-workspace-id'])
       set.status = 201
       return envelope(requestId, toKnowledgeBase(await bases.createKnowledgeBase(deps, caller, { ...body, workspace_id: workspaceId }, writeKey(request))))
     }, {

@@ -2,7 +2,7 @@ import { Elysia } from 'elysia'
 import type { Deps } from '../deps'
 import { prepareTurn } from '../domain/agents/chat'
 import * as agents from '../domain/agents/service'
-import { prepareAudit, recordAudit } from '../domain/audit'
+import { prepareAudit, recordAudit } from './plugins/audit'
 import * as bases from '../domain/knowledge/bases'
 import { searchKnowledgeBase } from '../domain/knowledge/search'
 import type { McpCall, McpTool, ToolContext } from '../domain/mcp/server'
@@ -91,7 +91,7 @@ const TOOLS: readonly McpTool[] = [
       const { deps, caller } = ctx
       const page =
         args.type === 'agents' ? toPage(await agents.listAgents(deps, caller, workspaceId, q), q, toAgent)
-        : args.type === 'workflows' ? toPage(await workflows.listWorkflows(deps.db.sql, caller, workspaceId, q), q, toWorkflow)
+        : args.type === 'workflows' ? toPage(await workflows.listWorkflows(deps, caller, workspaceId, q), q, toWorkflow)
         : toPage(await bases.listKnowledgeBases(deps, caller, workspaceId, q), q, toKnowledgeBase)
       return { data: { type: args.type, ...page } }
     },

@@ -1,9 +1,9 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps'
 import { relayText, type CallContext, type Relayed } from '../domain/models/gateway'
-import { checkAccessAndBudget } from '../domain/credits'
+import { checkAccessAndBudget } from '../domain/budgets'
 import { checkChatParams, shortenEmbeddings } from '../domain/models/openai-params'
-import { resolveWorkspaceId } from '../domain/workspaces'
+import { resolveWorkspaceId } from '../domain/ownership'
 import type { Caller } from '../domain/access'
 import { notFound } from '../lib/errors'
 import { Described, errors } from './common.model'
@@ -53,13 +53,12 @@ type ChatInput = typeof ChatBody.static | typeof OpenAIChatBody.static
  */
 export function modelRoutes(deps: Deps) {
   const gateway = deps.models
-  const sql = deps.db.sql
 
   async function context(caller: Caller, requestId: string, explicit: string | undefined, header: string | undefined): Promise<CallContext> {
-    const workspaceId = await resolveWorkspaceId(sql, caller, explicit, header)
+    const workspaceId = await resolveWorkspaceId(deps, caller, explicit, header)
     // Both before any provider is called, in one query; a refused access (403/404) wins over an
     // exhausted budget (402).
-    await checkAccessAndBudget(sql, caller, workspaceId, gateway.charges, gateway.access)
+    await checkAccessAndBudget(deps, caller, workspaceId)
     return { workspaceId, requestId, budgetChecked: true }
   }
 

@@ -1,6 +1,5 @@
 /** The TypeBox schemas of the usage routes (src/routes/usage.ts), named in the OpenAPI document where shared, and the mappers from rows to them. */
 import { t } from 'elysia'
-import * as credits from '../domain/credits'
 import { Timestamp } from './common.model'
 
 export const Totals = { calls: t.Integer(), tokens_in: t.Integer(), tokens_out: t.Integer(), credits: t.Number() }

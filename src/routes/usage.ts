@@ -1,6 +1,6 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps'
-import * as credits from '../domain/credits'
+import * as budgets from '../domain/budgets'
 import { invalid } from '../lib/errors'
 import { iso, parseTime } from '../lib/time'
 import { Envelope, envelope, errors, Id } from './common.model'
@@ -10,7 +10,6 @@ import { Usage, BudgetBody, Budget } from './usage.model'
 const DAY = 86_400_000
 
 export function usageRoutes(deps: Deps) {
-  const sql = deps.db.sql
   return new Elysia({ name: 'routes.usage' })
     .use(authenticated(deps))
     .get('/workspaces/:id/usage', async ({ caller, requestId, params, query }) => {
@@ -19,7 +18,7 @@ export function usageRoutes(deps: Deps) {
       const from = query.from === undefined ? new Date(to.getTime() - 30 * DAY) : parseTime(query.from)
       if (!from) throw invalid('from', 'must be an ISO 8601 time')
       if (from >= to) throw invalid('from', 'must be before to')
-      return envelope(requestId, await credits.usage(sql, caller, params.id, from, to, deps.models.charges))
+      return envelope(requestId, await budgets.usage(deps, caller, params.id, from, to))
     }, {
       params: t.Object({ id: Id('ws', 'Workspace id') }),
       query: t.Object({
@@ -30,7 +29,7 @@ export function usageRoutes(deps: Deps) {
       detail: { operationId: 'getUsage', tags: ['usage'], summary: 'Credits and tokens used, by model and by UTC day, with the budget of the current period' },
     })
     .put('/workspaces/:id/budget', async ({ caller, requestId, params, body }) => {
-      const row = await credits.setBudget(sql, caller, params.id, body)
+      const row = await budgets.setBudget(deps, caller, params.id, body)
       return envelope(requestId, { workspace_id: row.workspace_id, credits: Number(row.credits), period: row.period, thresholds: row.thresholds, hard_limit: row.hard_limit, updated_at: iso(row.updated_at)! })
     }, {
       params: t.Object({ id: Id('ws', 'Workspace id') }),

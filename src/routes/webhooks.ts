@@ -1,6 +1,6 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps'
-import { resolveWorkspaceId } from '../domain/workspaces'
+import { resolveWorkspaceId } from '../domain/ownership'
 import * as webhooks from '../domain/webhooks'
 import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
 import { Envelope, envelope, errors, ListOf, ListQuery } from './common.model'
@@ -38,7 +38,7 @@ function webhookResourceRoutes(deps: Deps) {
   return new Elysia({ name: 'routes.webhooks.resource' })
     .use(authenticated(deps))
     .post('/webhooks', async ({ caller, requestId, body, headers, set, request }) => {
-      const workspaceId = await resolveWorkspaceId(deps.db.sql, caller, body.workspace_id, headers['x-workspace-id'])
+      const workspaceId = await resolveWorkspaceId(deps, caller, body.workspace_id, headers['x-workspace-id'])
       set.status = 201
       return envelope(requestId, toWebhook(await webhooks.registerWebhook(deps, caller, workspaceId, body, writeKey(request))))
     }, {

@@ -1,7 +1,7 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps'
 import * as workflows from '../domain/workflows/service'
-import { resolveWorkspaceId } from '../domain/workspaces'
+import { resolveWorkspaceId } from '../domain/ownership'
 import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
 import { Envelope, envelope, errors, ListOf, ListQuery } from './common.model'
 import { authenticated } from './plugins/auth'
@@ -20,9 +20,9 @@ export function workflowRoutes(deps: Deps) {
   return new Elysia({ name: 'routes.workflows' })
     .use(authenticated(deps))
     .post('/workflows', async ({ caller, requestId, body, headers, set, request }) => {
-      const workspaceId = await resolveWorkspaceId(sql, caller, body.workspace_id, headers['x-workspace-id'])
+      const workspaceId = await resolveWorkspaceId(deps, caller, body.workspace_id, headers['x-workspace-id'])
       set.status = 201
-      return envelope(requestId, toWorkflow(await workflows.createWorkflow(sql, caller, workspaceId, body, writeKey(request))))
+      return envelope(requestId, toWorkflow(await workflows.createWorkflow(deps, caller, workspaceId, body, writeKey(request))))
     }, {
       body: CreateWorkflow,
       parse: 'json',
@@ -37,7 +37,7 @@ export function workflowRoutes(deps: Deps) {
     .get('/workflows', async ({ caller, requestId, query, headers }) => {
       const q = parseListQuery(query, workflowList)
       const workspaceId = (query as { workspace_id?: string }).workspace_id ?? headers['x-workspace-id']
-      return { request_id: requestId, ...toPage(await workflows.listWorkflows(sql, caller, workspaceId, q), q, toWorkflow) }
+      return { request_id: requestId, ...toPage(await workflows.listWorkflows(deps, caller, workspaceId, q), q, toWorkflow) }
     }, {
       query: ListQuery('created_at, updated_at, name', {
         workspace_id: t.Optional(t.String({ description: 'Only this workspace (else X-Workspace-Id); without either, every workspace the caller can read. One the caller cannot read is 404' })),
@@ -55,7 +55,7 @@ export function workflowRoutes(deps: Deps) {
       detail: { operationId: 'getWorkflow', tags, summary: 'Get a workflow with its current graph and version' },
     })
     .put('/workflows/:id', async ({ caller, requestId, params, body }) =>
-      envelope(requestId, toWorkflow(await workflows.replaceWorkflow(sql, caller, params.id, body))), {
+      envelope(requestId, toWorkflow(await workflows.replaceWorkflow(deps, caller, params.id, body))), {
       params: WorkflowParams,
       body: ReplaceWorkflow,
       parse: 'json',

@@ -1,4 +1,5 @@
-import { Elysia } from 'elysia'
+import { Elysia, t } from 'elysia'
+import { access } from '../domain/ownership'
 import * as workspaces from '../domain/workspaces'
 import type { Deps } from '../deps'
 import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
@@ -9,7 +10,6 @@ import {
   AddMember, ChangeRole, CreateWorkspace, DeletedWorkspace, Member, MemberParams, RemovedMember, toMember, toWorkspace,
   Transfer, UpdateWorkspace, Workspace, WorkspaceParams,
 } from './workspaces.model'
-import { t } from 'elysia'
 
 const workspaceList: ListSpec = {
   sortable: { created_at: 'time', name: 'text' },
@@ -21,13 +21,24 @@ const memberList: ListSpec = {
 }
 const tags = ['workspaces']
 
+/**
+ * The workspace resource and its members (docs/api.md, "Keys, roles and workspaces"), one plugin per
+ * part, registered in this order (the OpenAPI document lists the routes as they are registered).
+ */
 export function workspaceRoutes(deps: Deps) {
-  const sql = deps.db.sql
   return new Elysia({ name: 'routes.workspaces' })
+    .use(workspaceResourceRoutes(deps))
+    .use(workspaceLifecycleRoutes(deps))
+    .use(memberRoutes(deps))
+}
+
+/** List, create, read, rename and delete workspaces. */
+function workspaceResourceRoutes(deps: Deps) {
+  return new Elysia({ name: 'routes.workspaces.resource' })
     .use(authenticated(deps))
     .get('/workspaces', async ({ caller, requestId, query }) => {
       const q = parseListQuery(query, workspaceList)
-      return { request_id: requestId, ...toPage(await workspaces.listWorkspaces(sql, caller, q), q, toWorkspace) }
+      return { request_id: requestId, ...toPage(await workspaces.listWorkspaces(deps, caller, q), q, toWorkspace) }
     }, {
       query: ListQuery('created_at, name', { status: t.Optional(t.String({ description: 'active or archived; status_in=active,archived for several' })) }),
       response: { 200: ListOf(Workspace, 'A page of workspaces'), ...errors() },
@@ -35,7 +46,7 @@ export function workspaceRoutes(deps: Deps) {
     })
     .post('/workspaces', async ({ caller, requestId, body, set, request }) => {
       set.status = 201
-      return envelope(requestId, toWorkspace(await workspaces.createWorkspace(sql, caller, body, writeKey(request))))
+      return envelope(requestId, toWorkspace(await workspaces.createWorkspace(deps, caller, body, writeKey(request))))
     }, {
       body: CreateWorkspace,
       parse: 'json',
@@ -43,13 +54,13 @@ export function workspaceRoutes(deps: Deps) {
       detail: { operationId: 'createWorkspace', tags, summary: 'Create a workspace; the caller becomes its owner (and an admin member)' },
     })
     .get('/workspaces/:id', async ({ caller, requestId, params }) =>
-      envelope(requestId, toWorkspace(await workspaces.access(sql, caller, params.id, 'read'))), {
+      envelope(requestId, toWorkspace(await access(deps, caller, params.id, 'read'))), {
       params: WorkspaceParams,
       response: { 200: Envelope(Workspace, 'The workspace'), ...errors(404) },
       detail: { operationId: 'getWorkspace', tags, summary: 'Get a workspace' },
     })
     .patch('/workspaces/:id', async ({ caller, requestId, params, body }) =>
-      envelope(requestId, toWorkspace(await workspaces.updateWorkspace(sql, caller, params.id, body))), {
+      envelope(requestId, toWorkspace(await workspaces.updateWorkspace(deps, caller, params.id, body))), {
       params: WorkspaceParams,
       body: UpdateWorkspace,
       parse: 'json',
@@ -57,7 +68,7 @@ export function workspaceRoutes(deps: Deps) {
       detail: { operationId: 'updateWorkspace', tags, summary: 'Update a workspace name or description (admin)' },
     })
     .delete('/workspaces/:id', async ({ caller, requestId, params }) => {
-      await workspaces.deleteWorkspace(sql, caller, params.id)
+      await workspaces.deleteWorkspace(deps, caller, params.id)
       await deps.apiKeys.forgetWorkspace(params.id)
       return envelope(requestId, { id: params.id, deleted: true as const })
     }, {
@@ -65,20 +76,26 @@ export function workspaceRoutes(deps: Deps) {
       response: { 200: Envelope(DeletedWorkspace, 'The workspace was deleted'), ...errors(403, 404, 409, 422) },
       detail: { operationId: 'deleteWorkspace', tags, summary: 'Delete a workspace and everything inside it, irreversibly (owner)' },
     })
+}
+
+/** Archive, restore and transfer: who may still change a workspace, and who owns it. */
+function workspaceLifecycleRoutes(deps: Deps) {
+  return new Elysia({ name: 'routes.workspaces.lifecycle' })
+    .use(authenticated(deps))
     .post('/workspaces/:id/archive', async ({ caller, requestId, params }) =>
-      envelope(requestId, toWorkspace(await workspaces.setStatus(sql, caller, params.id, 'archived'))), {
+      envelope(requestId, toWorkspace(await workspaces.setStatus(deps, caller, params.id, 'archived'))), {
       params: WorkspaceParams,
       response: { 200: Envelope(Workspace, 'The workspace, now archived'), ...errors(403, 404, 409, 422) },
       detail: { operationId: 'archiveWorkspace', tags, summary: 'Archive a workspace: it becomes read-only (admin)' },
     })
     .post('/workspaces/:id/restore', async ({ caller, requestId, params }) =>
-      envelope(requestId, toWorkspace(await workspaces.setStatus(sql, caller, params.id, 'active'))), {
+      envelope(requestId, toWorkspace(await workspaces.setStatus(deps, caller, params.id, 'active'))), {
       params: WorkspaceParams,
       response: { 200: Envelope(Workspace, 'The workspace, active again'), ...errors(403, 404, 409, 422) },
       detail: { operationId: 'restoreWorkspace', tags, summary: 'Restore an archived workspace (admin)' },
     })
     .post('/workspaces/:id/transfer', async ({ caller, requestId, params, body }) => {
-      const ws = await workspaces.transferWorkspace(sql, caller, params.id, body.new_owner_id)
+      const ws = await workspaces.transferWorkspace(deps, caller, params.id, body.new_owner_id)
       await deps.apiKeys.forgetWorkspace(params.id)
       return envelope(requestId, toWorkspace(ws))
     }, {
@@ -88,9 +105,15 @@ export function workspaceRoutes(deps: Deps) {
       response: { 200: Envelope(Workspace, 'The workspace under its new owner'), ...errors(403, 404, 409, 422) },
       detail: { operationId: 'transferWorkspace', tags, summary: 'Transfer ownership to a current member (current owner only)', description: 'The new owner becomes an admin; the previous owner stays an admin member, and the keys it issued for other admins are revoked (an admin may not issue them).' },
     })
+}
+
+/** The members of a workspace and their roles. */
+function memberRoutes(deps: Deps) {
+  return new Elysia({ name: 'routes.workspaces.members' })
+    .use(authenticated(deps))
     .get('/workspaces/:id/members', async ({ caller, requestId, params, query }) => {
       const q = parseListQuery(query, memberList)
-      return { request_id: requestId, ...toPage(await workspaces.listMembers(sql, caller, params.id, q), q, toMember) }
+      return { request_id: requestId, ...toPage(await workspaces.listMembers(deps, caller, params.id, q), q, toMember) }
     }, {
       params: WorkspaceParams,
       query: ListQuery('created_at, user_id', { role: t.Optional(t.String()) }),
@@ -99,7 +122,7 @@ export function workspaceRoutes(deps: Deps) {
     })
     .post('/workspaces/:id/members', async ({ caller, requestId, params, body, set, request }) => {
       set.status = 201
-      return envelope(requestId, toMember(await workspaces.addMember(sql, caller, params.id, body.user_id, body.role, writeKey(request))))
+      return envelope(requestId, toMember(await workspaces.addMember(deps, caller, params.id, body.user_id, body.role, writeKey(request))))
     }, {
       params: WorkspaceParams,
       body: AddMember,
@@ -108,7 +131,7 @@ export function workspaceRoutes(deps: Deps) {
       detail: { operationId: 'addMember', tags: ['members'], summary: 'Add a member with a role (admin)' },
     })
     .patch('/workspaces/:id/members/:user_id', async ({ caller, requestId, params, body }) => {
-      const member = await workspaces.changeMemberRole(sql, caller, params.id, params.user_id, body.role)
+      const member = await workspaces.changeMemberRole(deps, caller, params.id, params.user_id, body.role)
       await deps.apiKeys.forgetWorkspace(params.id)
       return envelope(requestId, toMember(member))
     }, {
@@ -119,7 +142,7 @@ export function workspaceRoutes(deps: Deps) {
       detail: { operationId: 'updateMember', tags: ['members'], summary: "Change a member's role (admin); the owner stays admin", description: 'The keys the member issued for others that its new role could not issue (below admin: all of them) are revoked at once.' },
     })
     .delete('/workspaces/:id/members/:user_id', async ({ caller, requestId, params }) => {
-      const removed = await workspaces.removeMember(sql, caller, params.id, params.user_id)
+      const removed = await workspaces.removeMember(deps, caller, params.id, params.user_id)
       await deps.apiKeys.forgetWorkspace(params.id)
       return envelope(requestId, { workspace_id: removed.workspace_id, user_id: removed.user_id, deleted: true as const })
     }, {

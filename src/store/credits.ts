@@ -53,27 +53,7 @@ export interface JournaledCharge extends Charge {
  */
 export async function addCharges(sql: Sql, charges: readonly JournaledCharge[], traces: readonly (TraceCarrier | null)[] = [], genericPlan = false): Promise<{ fired: { workspace_id: string; fired_now: number[] }[]; spent: SpentTotal[] }> {
   if (charges.length === 0) return { fired: [], spent: [] }
-  const groups = new Map<string, number>()
-  /** Workspace → the generation of its spend's announce (the last one, for a batch over two periods). */
-  const announced = new Map<string, number>()
-  const gws: string[] = []
-  const gperiods: string[] = []
-  const gtraces: (string | null)[] = []
-  for (const [i, c] of charges.entries()) {
-    const period = periodStart(new Date(c.at))
-    const key = `${c.workspace_id} ${period}`
-    let g = groups.get(key)
-    if (g === undefined) {
-      accessChanged(spendId(c.workspace_id))
-      announced.set(c.workspace_id, accessGeneration())
-      groups.set(key, (g = gws.length))
-      gws.push(c.workspace_id)
-      gperiods.push(period)
-      gtraces.push(null)
-    }
-    const trace = traces[i]
-    if (trace) gtraces[g] = JSON.stringify(trace)
-  }
+  const { gws, gperiods, gtraces, announced } = periodGroups(charges, traces)
   const evtIds = Array.from({ length: gws.length * MAX_THRESHOLDS }, () => newId('evt'))
   const statement = (tx: Sql) => tx<{ workspace_id: string; period: string; used: string; fired_now: number[] }[]>`
     with input as (
@@ -138,6 +118,35 @@ export async function addCharges(sql: Sql, charges: readonly JournaledCharge[], 
     fired: rows.filter((r) => r.fired_now.length > 0).map((r) => ({ workspace_id: r.workspace_id, fired_now: r.fired_now })),
     spent: rows.map((r) => ({ workspace_id: r.workspace_id, period: r.period, used: r.used, generation: announced.get(r.workspace_id)! })),
   }
+}
+
+/**
+ * The (workspace, period) pairs of a batch in order of first appearance, each with the trace of its
+ * last traced charge, and each workspace's spend announced once (`announced`: workspace → the
+ * generation of its announce, the last one for a batch over two periods).
+ */
+function periodGroups(charges: readonly JournaledCharge[], traces: readonly (TraceCarrier | null)[]) {
+  const groups = new Map<string, number>()
+  const announced = new Map<string, number>()
+  const gws: string[] = []
+  const gperiods: string[] = []
+  const gtraces: (string | null)[] = []
+  for (const [i, c] of charges.entries()) {
+    const period = periodStart(new Date(c.at))
+    const key = `${c.workspace_id} ${period}`
+    let g = groups.get(key)
+    if (g === undefined) {
+      accessChanged(spendId(c.workspace_id))
+      announced.set(c.workspace_id, accessGeneration())
+      groups.set(key, (g = gws.length))
+      gws.push(c.workspace_id)
+      gperiods.push(period)
+      gtraces.push(null)
+    }
+    const trace = traces[i]
+    if (trace) gtraces[g] = JSON.stringify(trace)
+  }
+  return { gws, gperiods, gtraces, announced }
 }
 
 /**

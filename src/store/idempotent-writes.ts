@@ -22,7 +22,7 @@ export interface WriteKey {
   seal(plain: string): string
 }
 
-/** What a keyed write can create; each has its answer rebuilt from the row (src/routes/plugins/keyed-answers.ts). */
+/** What a keyed write can create; each has its answer rebuilt from the row (src/routes/keyed-answers.ts). */
 export type WriteKind = 'workspace' | 'member' | 'api_key' | 'workflow' | 'run' | 'trigger' | 'webhook' | 'knowledge_base' | 'document' | 'agent'
 
 export interface IdempotentWriteRow {

@@ -3,7 +3,7 @@ import { notFound } from '../../lib/errors'
 import type { ListQuery } from '../../lib/lists'
 import * as store from '../../store/agents'
 import { onlyUserOf, type Action, type Caller } from '../access'
-import { loadOwnedWithRole } from '../workspaces'
+import { loadOwnedWithRole } from '../ownership'
 
 export async function loadConversation(deps: Deps, caller: Caller, id: string, action: Action): Promise<store.ConversationRow> {
   const { row: conv, role } = await loadOwnedWithRole(deps.db.sql, caller, 'conversation', id, action, store.findConversation)

@@ -4,7 +4,7 @@ import { newId } from '../../lib/ids'
 import type { ListQuery } from '../../lib/lists'
 import * as store from '../../store/knowledge'
 import type { Action, Caller } from '../access'
-import { access, listScope, loadOwned } from '../workspaces'
+import { access, listScope, loadOwned } from '../ownership'
 import { DEFAULT_CHUNKING } from './chunk'
 import { requeueAll } from './documents'
 import { accessChanged, changingAccess } from '../../store/access-generation'
@@ -62,7 +62,7 @@ function checkChunking(c: store.Chunking): store.Chunking {
 }
 
 export async function createKnowledgeBase(deps: Deps, caller: Caller, input: KnowledgeBaseInput, key?: WriteKey): Promise<store.KnowledgeBaseRow> {
-  await access(deps.db.sql, caller, input.workspace_id, 'build')
+  await access(deps, caller, input.workspace_id, 'build')
   const embedding = embeddingModel(deps, input.embedding_model ?? DEFAULT_EMBEDDING_MODEL)
   const rerank = modelFor(deps, input.rerank_model ?? DEFAULT_RERANK_MODEL, 'rerank', 'rerank_model')
   const chunking = checkChunking(input.chunking ?? DEFAULT_CHUNKING)
@@ -83,7 +83,7 @@ export async function createKnowledgeBase(deps: Deps, caller: Caller, input: Kno
 
 /** Every workspace the caller can read, or the one named (docs/api.md, "Lists"). */
 export async function listKnowledgeBases(deps: Deps, caller: Caller, workspaceId: string | undefined, q: ListQuery) {
-  return store.listKnowledgeBases(deps.db.sql, await listScope(deps.db.sql, caller, workspaceId), q)
+  return store.listKnowledgeBases(deps.db.sql, await listScope(deps, caller, workspaceId), q)
 }
 
 /**

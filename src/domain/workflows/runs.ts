@@ -7,7 +7,7 @@ import { RUN_MACHINE_VERSION, runDefinition, runMachine, type RunContext } from 
 import type { WriteKey } from '../../store/idempotent-writes'
 import * as runs from '../../store/runs'
 import { onlyUserOf, type Caller } from '../access'
-import { listScope, loadOwned, loadOwnedWithRole } from '../workspaces'
+import { listScope, loadOwned, loadOwnedWithRole } from '../ownership'
 import { validateInputs } from './graph'
 import { loadWorkflow } from './service'
 import { findWorkflow, getWorkflowVersion, type WorkflowRow } from '../../store/workflows'
@@ -73,7 +73,7 @@ export async function listRuns(deps: Deps, caller: Caller, workflowId: string, q
 
 /** Runs of every workflow the caller can read (GET /v1/runs); `workspaceId` narrows them to one workspace. */
 export async function listAllRuns(deps: Deps, caller: Caller, workspaceId: string | undefined, q: ListQuery) {
-  return runs.listRunsIn(deps.db.sql, await listScope(deps.db.sql, caller, workspaceId), q)
+  return runs.listRunsIn(deps.db.sql, await listScope(deps, caller, workspaceId), q)
 }
 
 /**

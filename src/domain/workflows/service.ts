@@ -1,10 +1,11 @@
+import type { Deps } from '../../deps'
 import { newId } from '../../lib/ids'
 import type { ListQuery } from '../../lib/lists'
 import type { Pool } from '../../store/db'
 import { recorded, type WriteKey } from '../../store/idempotent-writes'
 import * as store from '../../store/workflows'
 import type { Action, Caller } from '../access'
-import { access, listScope, loadOwned } from '../workspaces'
+import { access, listScope, loadOwned } from '../ownership'
 import { agentNodeTarget, knowledgeBaseIn, workflowIn } from '../references'
 import { AppError } from '../../lib/errors'
 import { validateGraph } from './graph'
@@ -24,11 +25,11 @@ export function loadWorkflow(sql: Pool, caller: Caller, id: string, action: Acti
   return loadOwned(sql, caller, 'workflow', id, action, store.findWorkflow)
 }
 
-export async function createWorkflow(sql: Pool, caller: Caller, workspaceId: string, input: WorkflowInput, key?: WriteKey): Promise<store.WorkflowRow> {
-  await access(sql, caller, workspaceId, 'build')
+export async function createWorkflow(deps: Pick<Deps, 'db'>, caller: Caller, workspaceId: string, input: WorkflowInput, key?: WriteKey): Promise<store.WorkflowRow> {
+  await access(deps, caller, workspaceId, 'build')
   const graph = validateGraph(input.graph)
-  await checkReferences(sql, workspaceId, graph)
-  return sql.begin(async (tx) =>
+  await checkReferences(deps, workspaceId, graph)
+  return deps.db.sql.begin(async (tx) =>
     recorded(tx, key, 'workflow', await store.insertWorkflow(tx, {
       id: newId('wf'),
       workspace_id: workspaceId,
@@ -41,17 +42,17 @@ export async function createWorkflow(sql: Pool, caller: Caller, workspaceId: str
 }
 
 /** Every workspace the caller can read, or the one named (docs/api.md, "Lists"). */
-export async function listWorkflows(sql: Pool, caller: Caller, workspaceId: string | undefined, q: ListQuery): Promise<store.WorkflowRow[]> {
-  return store.listWorkflows(sql, await listScope(sql, caller, workspaceId), q)
+export async function listWorkflows(deps: Pick<Deps, 'db'>, caller: Caller, workspaceId: string | undefined, q: ListQuery): Promise<store.WorkflowRow[]> {
+  return store.listWorkflows(deps.db.sql, await listScope(deps, caller, workspaceId), q)
 }
 
 /** PUT: name, description and graph replaced as a whole; the version goes up by one. */
-export async function replaceWorkflow(sql: Pool, caller: Caller, id: string, input: WorkflowInput): Promise<store.WorkflowRow> {
-  const current = await loadWorkflow(sql, caller, id, 'build')
+export async function replaceWorkflow(deps: Pick<Deps, 'db'>, caller: Caller, id: string, input: WorkflowInput): Promise<store.WorkflowRow> {
+  const current = await loadWorkflow(deps.db.sql, caller, id, 'build')
   const graph = validateGraph(input.graph)
   refuseSelfCalls(id, graph)
-  await checkReferences(sql, current.workspace_id, graph)
-  return sql.begin(async (tx) => {
+  await checkReferences(deps, current.workspace_id, graph)
+  return deps.db.sql.begin(async (tx) => {
     await store.lockWorkflow(tx, id)
     return store.updateWorkflow(tx, id, { name: input.name, description: input.description ?? '', graph })
   })
@@ -68,7 +69,7 @@ export async function deleteWorkflow(sql: Pool, caller: Caller, id: string): Pro
  * workflow's own workspace when the graph is saved (src/domain/references.ts). The run checks again,
  * since a resource may be deleted after the save.
  */
-type CheckIn = (sql: Pool, workspaceId: string, id: string, param: string) => Promise<unknown>
+type CheckIn = (deps: Pick<Deps, 'db'>, workspaceId: string, id: string, param: string) => Promise<unknown>
 const REFERENCES: Partial<Record<NodeType, { key: string; check: CheckIn }[]>> = {
   knowledge_retrieval: [{ key: 'knowledge_base_ids', check: knowledgeBaseIn }],
   sub_workflow: [{ key: 'workflow_id', check: workflowIn }],
@@ -90,14 +91,14 @@ function refuseSelfCalls(id: string, graph: Graph): void {
   })
 }
 
-async function checkReferences(sql: Pool, workspaceId: string, graph: Graph): Promise<void> {
+async function checkReferences(deps: Pick<Deps, 'db'>, workspaceId: string, graph: Graph): Promise<void> {
   for (const [n, node] of graph.nodes.entries()) {
     for (const { key, check } of REFERENCES[node.type] ?? []) {
       const value = node.config[key]
       const ids = Array.isArray(value) ? value : [value]
       for (const [i, id] of ids.entries()) {
         // validateGraph has checked the shape: ids are non-empty strings.
-        await check(sql, workspaceId, id as string, `graph.nodes.${n}.config.${key}${Array.isArray(value) ? `.${i}` : ''}`)
+        await check(deps, workspaceId, id as string, `graph.nodes.${n}.config.${key}${Array.isArray(value) ? `.${i}` : ''}`)
       }
     }
   }

@@ -2,8 +2,8 @@ import { Elysia } from 'elysia'
 import type { Caller } from '../../domain/access'
 import type { Deps } from '../../deps'
 import { AppError } from '../../lib/errors'
-import { prepareAudit } from '../../domain/audit'
-import { beginIdempotency } from './idempotency'
+import { audit } from './audit'
+import { idempotency } from './idempotency'
 import { stateOf, type RequestState } from './request-state'
 
 const BEARER = /^Bearer +([A-Za-z0-9._~+\/=-]{1,512})$/i
@@ -83,8 +83,10 @@ function isHookCall(request: Request, path: string, hookPrefix: string): boolean
 }
 
 /**
- * Gives /v1 routes their `caller` and `requestId`, and takes the Idempotency-Key of write requests
- * once the body has been validated.
+ * Gives /v1 routes their `caller` and `requestId`; before their handler, once the body has been
+ * validated, in this order: the rate limit, the Idempotency-Key of a write (idempotency.ts: a replay
+ * answers here, and the hooks after it do not run), the audit trail's pending entry (audit.ts).
+ * `as('scoped')` hands the hooks of the two plugins on to the route plugin that uses this one.
  */
 export function authenticated(deps: Deps) {
   return new Elysia({ name: 'authenticated' })
@@ -92,13 +94,9 @@ export function authenticated(deps: Deps) {
       const state = stateOf(request)
       return { caller: state.caller as Caller, requestId: state.id }
     })
-    .onBeforeHandle({ as: 'scoped' }, async ({ request, route, params }) => {
-      const state = stateOf(request)
-      // First: the rate limit sent in onRequest (authenticateRequest) decides before anything is done.
-      await rateLimited(state)
-      const replay = await beginIdempotency(deps, request, state)
-      // A replayed answer changes nothing: it is not recorded again.
-      if (replay) return replay
-      state.audit = await prepareAudit(deps, request.method, route.slice(deps.config.basePath.length), (params ?? {}) as Record<string, string>)
-    })
+    // First: the rate limit sent in onRequest (authenticateRequest) decides before anything is done.
+    .onBeforeHandle({ as: 'scoped' }, ({ request }) => rateLimited(stateOf(request)))
+    .use(idempotency(deps))
+    .use(audit(deps))
+    .as('scoped')
 }

@@ -1,7 +1,6 @@
 import { Elysia, ValidationError } from 'elysia'
 import type { Logger } from 'pino'
 import { AppError, errorBody, type ErrorDetail } from '../../lib/errors'
-import { KeyedWriteExists } from '../../store/idempotent-writes'
 import { RedisUnavailableError } from '../../store/redis'
 import { stateOf } from './request-state'
 import { rateLimited } from './auth'
@@ -14,7 +13,11 @@ import type { Responder } from './respond'
  * dependency that cannot be reached (503 with Retry-After), and anything else as a 500 that names
  * only the request id (the details go to the log).
  */
-export function errors(log: Logger, respond: Responder, existingWrite: (request: Request) => Promise<Response>) {
+/**
+ * `recover` answers an error that is not a failure (idempotency.ts: a write under an Idempotency-Key
+ * made before, whose answer is replayed), or null.
+ */
+export function errors(log: Logger, respond: Responder, recover: (request: Request, error: unknown) => Promise<Response> | null) {
   /** Redis or the database unreachable (503), else a bug of ours (500, details logged). */
   const failure = (request: Request, error: unknown): AppError => {
     const down = unreachable(error)
@@ -36,11 +39,12 @@ export function errors(log: Logger, respond: Responder, existingWrite: (request:
         refused = refusal
       }
     }
-    if (refused === null && error instanceof KeyedWriteExists) {
-      // Not a failure: the write under this Idempotency-Key was made before; its answer is replayed
-      // (or, if that fails, the failure is the answer, as any refusal).
+    const recovered = refused === null ? recover(request, error) : null
+    if (recovered) {
+      // Not a failure (the write under this Idempotency-Key was made before: its answer is replayed),
+      // or, if that fails, the failure is the answer, as any refusal.
       try {
-        return await existingWrite(request)
+        return await recovered
       } catch (e) {
         refused = e
       }

@@ -1,9 +1,11 @@
+import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { sha256Hex } from '../../lib/crypto'
 import { AppError } from '../../lib/errors'
 import { claimRecord, IDEMPOTENCY_PREFIX, settleRecord, type Refusals } from '../../store/idempotency'
-import { findWrite, type WriteKey } from '../../store/idempotent-writes'
+import { findWrite, KeyedWriteExists, type WriteKey } from '../../store/idempotent-writes'
 import { keyedAnswer } from '../keyed-answers'
+import type { AnswerStep } from './respond'
 import { stateOf, type RequestState } from './request-state'
 
 const WRITE_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
@@ -21,6 +23,29 @@ interface Kept {
 const REFUSALS: Refusals = {
   reused: () => new AppError('idempotency_key_reused', 'this Idempotency-Key was used with a different method, path, query or body', { param: 'Idempotency-Key' }),
   inUse: () => new AppError('idempotency_key_in_use', 'a request with this Idempotency-Key is still being processed; retry later', { param: 'Idempotency-Key' }),
+}
+
+/**
+ * Everything the Idempotency-Key does to a request, in the order it happens: taken before the handler
+ * (`idempotency`, used by auth.ts's `authenticated`), its answer kept at the one exit
+ * (`idempotencyAtExit`, respond.ts), and a write that met its own earlier row answered from that row
+ * (`answerKeyedWriteExists`, errors.ts). Hook triggers take the key the same way (`beginIdempotency`,
+ * triggers.ts), and streamed answers keep theirs (sse.ts).
+ */
+
+/** Before the handler of an authenticated route, after the rate limit: takes the key, or answers the replay. */
+export function idempotency(deps: Deps) {
+  return new Elysia({ name: 'idempotency' }).onBeforeHandle({ as: 'scoped' }, ({ request }) => beginIdempotency(deps, request, stateOf(request)))
+}
+
+/** The one exit's step (respond.ts) that keeps the answer for retries, or releases the key. */
+export function idempotencyAtExit(deps: Pick<Deps, 'redis' | 'log' | 'config'>): AnswerStep {
+  return (state, status, _body, text, headers) => (state.idem ? completeIdempotency(deps, state, status, text, headers) : null)
+}
+
+/** For errors.ts: the answer to a request whose write met the row of an earlier execution under its key (`answerExistingWrite`), null for any other error. */
+export function answerKeyedWriteExists(deps: Deps) {
+  return (request: Request, error: unknown): Promise<Response> | null => (error instanceof KeyedWriteExists ? answerExistingWrite(deps, request) : null)
 }
 
 /**
@@ -84,7 +109,7 @@ async function answerFromRow(deps: Deps, request: Request, state: RequestState, 
  * over the key of a process it wrongly thought dead. The answer is rebuilt from that row, kept, and
  * replayed.
  */
-export async function answerExistingWrite(deps: Deps, request: Request): Promise<Response> {
+async function answerExistingWrite(deps: Deps, request: Request): Promise<Response> {
   const state = stateOf(request)
   const idem = state.idem
   let found: Awaited<ReturnType<typeof answerFromRow>> = null

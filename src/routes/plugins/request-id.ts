@@ -1,6 +1,6 @@
 import { Elysia } from 'elysia'
 import { newId } from '../../lib/ids'
-import { contextOfRequest, contextWith, failSpan, markError, runIn, SpanKind, startSpan, type Span } from '../../lib/tracing'
+import { contextOfRequest, contextWith, endAfter, markError, runIn, SpanKind, startSpan, type Span } from '../../lib/tracing'
 import { initState, pathOf, stateOf } from './request-state'
 
 const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
@@ -47,38 +47,24 @@ export function requestSpan() {
     })
 }
 
-function traceRequest(request: Request, fn: (r: Request) => unknown): unknown {
+function traceRequest(request: Request, fn: (r: Request) => unknown): Promise<unknown> {
   const parent = contextOfRequest(request.headers)
   const span = startSpan(request.method, { 'http.request.method': request.method }, { parent, kind: SpanKind.SERVER })
   ;(request as WithSpan)[SPAN] = span
-  let out: unknown
-  try {
-    out = READS.has(request.method) ? fn(request) : runIn(contextWith(span, parent), () => fn(request))
-  } catch (err) {
-    failSpan(span, err)
-    span.end()
-    throw err
-  }
-  if (out instanceof Promise) {
-    return out.then(
-      (res) => (endRequestSpan(span, request, res), res),
-      (err) => {
-        failSpan(span, err)
-        span.end()
-        throw err
-      },
-    )
-  }
-  endRequestSpan(span, request, out)
-  return out
+  // Ended once the answer is made (a failure fails it), as Elysia hands the Response back.
+  return endAfter(span, async () => {
+    const res = await (READS.has(request.method) ? fn(request) : runIn(contextWith(span, parent), () => fn(request)))
+    describeAnswer(span, request, res)
+    return res
+  })
 }
 
-function endRequestSpan(span: Span, request: Request, res: unknown) {
+/** What the request answered, on its span: the request id, the status (a 5xx an error), a restricted key's workspace. */
+function describeAnswer(span: Span, request: Request, res: unknown) {
   const status = res instanceof Response ? res.status : 200
   const state = stateOf(request)
   span.setAttribute('request_id', state.id)
   span.setAttribute('http.response.status_code', status)
   if (state.caller?.workspaceId) span.setAttribute('workspace_id', state.caller.workspaceId)
   if (status >= 500) markError(span, `answered ${status}`)
-  span.end()
 }

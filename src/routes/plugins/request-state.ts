@@ -1,7 +1,13 @@
 import type { Caller } from '../../domain/access'
-import type { PendingAudit } from '../../domain/audit'
 import { newId } from '../../lib/ids'
 import type { WriteKey } from '../../store/idempotent-writes'
+
+/** What a write will record in the audit trail if it succeeds (audit.ts): kept on the request between its two hooks. */
+export interface PendingAudit {
+  action: string
+  workspaceId: string | null
+  params: Record<string, string>
+}
 
 /** What the hooks of one request share: kept on the Request, gone with it. */
 export interface RequestState {
@@ -13,7 +19,7 @@ export interface RequestState {
   caller?: Caller
   /** Set when this request holds an Idempotency-Key record that must be completed. */
   idem?: { key: string; fingerprint: string; write: WriteKey }
-  /** Set when this request is a write the audit trail records if it succeeds (src/domain/audit.ts). */
+  /** Set when this request is a write the audit trail records if it succeeds (audit.ts). */
   audit?: PendingAudit
   /**
    * The rate limit's answer while it is on its way (auth.ts): the refusal (429, or 503 when Redis

@@ -1,7 +1,5 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
-import { recordAudit } from '../../domain/audit'
-import { completeIdempotency } from './idempotency'
 import { loggedPath, stateOf, type RequestState } from './request-state'
 
 type Set = { headers: Record<string, string | number>; status?: number | string }
@@ -11,17 +9,21 @@ export interface Responder {
 }
 
 /**
- * The one exit of every JSON answer, success or error (the errors plugin calls it too): serialised
- * once into the Response with every header, the audit record and the idempotency record completed
- * when the request has them, then the metrics and the access log. Synchronous on the common path,
- * so it costs no extra promise (bench/README.md, the HTTP stack).
+ * What a concern does to an answer on its way out, before it is sent (the audit record of a write:
+ * audit.ts; the Idempotency-Key's record: idempotency.ts): a promise the answer waits for, or null
+ * when it has nothing to do for this answer.
  */
-export function responder(deps: Deps): Responder {
+export type AnswerStep = (state: RequestState, status: number, body: unknown, text: string, headers: Record<string, string>) => Promise<void> | null
+
+/**
+ * The one exit of every JSON answer, success or error (the errors plugin calls it too): serialised
+ * once into the Response with every header, the `steps` run one after the other when they have
+ * something to do, then the metrics and the access log. Synchronous on the common path, so it costs
+ * no extra promise (bench/README.md, the HTTP stack).
+ */
+export function responder(deps: Deps, steps: readonly AnswerStep[]): Responder {
   const { log, metrics } = deps
-  /**
-   * The one exit of every JSON answer, success or error. Synchronous unless an idempotency record
-   * must be completed, so the common path costs no extra promise.
-   */
+  /** Synchronous unless a step has something to do, so the common path costs no extra promise. */
   function finish(
     request: Request,
     set: Set,
@@ -36,11 +38,10 @@ export function responder(deps: Deps): Responder {
     const headers = set.headers as Record<string, string>
     headers['content-type'] = 'application/json'
     if (extraHeaders) Object.assign(headers, extraHeaders)
-    const audit = state.audit && status < 400 ? recordAudit(deps, state, status, body) : null
-    if (!state.idem && !audit) return respond(request, set, state, route, status, text, headers)
-    return (audit ?? Promise.resolve())
-      .then(() => state.idem && completeIdempotency(deps, state, status, text, headers))
-      .then(() => respond(request, set, state, route, status, text, headers))
+    let pending: Promise<void> | null = null
+    for (const step of steps) pending = pending ? pending.then(() => step(state, status, body, text, headers) ?? undefined) : step(state, status, body, text, headers)
+    if (!pending) return respond(request, set, state, route, status, text, headers)
+    return pending.then(() => respond(request, set, state, route, status, text, headers))
   }
 
   function respond(

@@ -1,4 +1,4 @@
-import { recordAudit } from '../../domain/audit'
+import { recordAudit } from './audit'
 import type { Deps } from '../../deps'
 import { AppError, errorBody } from '../../lib/errors'
 import { completeIdempotency } from './idempotency'
