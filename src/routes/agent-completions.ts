@@ -1,6 +1,7 @@
 import type { Deps } from '../deps'
 import type { Caller } from '../domain/access'
-import { prepareTurn, turnEvents, type TurnEvent } from '../domain/agents/chat'
+import { prepareTurn } from '../domain/agents/chat'
+import { turnEvents, type TurnEvent } from '../domain/agents/turn'
 import { finishReasonOf, toChatInput, type AgentCompletionRequest } from '../domain/agents/completions'
 import type { MessageUsage } from '../store/agents'
 import { afterFirst, errorEvent, sseResponse, type SseEvent } from './plugins/sse'
