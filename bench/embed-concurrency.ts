@@ -29,7 +29,7 @@ const concurrencies = [1, DEFAULT_MAX_CONCURRENCY]
 const catalog = parseCatalog({
   providers: concurrencies.map((c) => ({ id: `c${c}`, kind: 'openai', base_url: fake.baseUrl, api_key: 'sk-bench', max_batch: BATCH, max_concurrency: c })),
   models: concurrencies.map((c) => ({ id: `embed-c${c}`, type: 'embedding', vendor: 'bench', dimensions: DIMS, routes: [{ provider: `c${c}`, model: 'bench-embed' }] })),
-})
+}, {})
 // No database: the budget is said to be checked and the charges are collected, not written.
 const gateway = createGateway({ sql: undefined as never, log: createLogger('silent'), catalog, nudgeEvents: () => {}, charges: undefined as never, access: undefined as never })
 

@@ -1,6 +1,6 @@
 import { join } from 'node:path'
 import pino, { type Logger } from 'pino'
-import type { Config } from './config'
+import { catalogEnv, type Config } from './config'
 import type { AccessEntry, Deps } from './deps'
 import { ApiKeys } from './domain/api-keys'
 import { loadCatalog } from './domain/models/catalog'
@@ -99,7 +99,7 @@ export async function openDeps(config: Config, opts: { db?: Database; redis?: Re
     log.info({ traces: `${u.origin}${u.pathname}`, sampler: config.tracing.sampler, content: config.tracing.captureContent }, 'tracing: spans exported over OTLP/HTTP')
   }
   // Before the store opens: a bad MODELS_FILE stops start-up at once, naming the bad field.
-  const catalog = loadCatalog(config.modelsFile)
+  const catalog = loadCatalog(config.modelsFile, catalogEnv())
   const lockWait = (message: string) => (log.warn(message), flushLogs())
   const db = opts.db ?? (config.databaseUrl ? openPostgres(config.databaseUrl, config.databasePoolMax, config.databaseSearchPoolMax, config.knowledgeEfSearch) : await openEmbedded({ dataDir: config.dataDir, lockWaitMs: config.dataDirLockWaitMs, onLockWait: lockWait, template: templateDir(), efSearch: config.knowledgeEfSearch }))
   if (db.startedFrom === 'template') log.info('a fresh data directory: started from the migrated template (node_modules/.cache/agent-platform)')

@@ -281,6 +281,14 @@ export function loadConfig(source: Record<string, string | undefined> = process.
   }
 }
 
+/**
+ * The variables a MODELS_FILE provider's `api_key_env` may name: any, since the catalogue chooses the
+ * names (docs/models.md, "The catalogue"); handed to `loadCatalog` at start-up.
+ */
+export function catalogEnv(): Readonly<Record<string, string | undefined>> {
+  return process.env
+}
+
 /** CONSOLE_BUNDLE: a file that must be there now (a missing bundle stops start-up, not the console's first visit). */
 function consoleBundlePath(value: string | undefined): string | null {
   if (value === undefined) return null

@@ -1,9 +1,10 @@
 import type { Deps } from '../deps'
 import type { Caller } from '../domain/access'
-import { prepareTurn, turnEvents, type TurnEvent } from '../domain/agents/chat'
+import { prepareTurn } from '../domain/agents/chat'
+import { turnEvents, type TurnEvent } from '../domain/agents/turn'
 import { finishReasonOf, toChatInput, type AgentCompletionRequest } from '../domain/agents/completions'
 import type { MessageUsage } from '../store/agents'
-import { errorEvent, sseResponse, type SseEvent } from './plugins/sse'
+import { afterFirst, errorEvent, sseResponse, type SseEvent } from './plugins/sse'
 
 export interface AgentCompletionCall {
   caller: Caller
@@ -50,20 +51,17 @@ export async function agentCompletion(deps: Deps, c: AgentCompletionCall) {
   }
 
   const abort = new AbortController()
-  const events = turnEvents(turn, abort.signal)
-  // The first event is awaited here, so that a turn failing before any byte (the model refused,
-  // every route down) is an ordinary JSON error answer, not a broken stream.
-  const first = await events.next()
+  const turnStream = turnEvents(turn, abort.signal)
   const includeUsage = c.body.stream_options?.include_usage ?? c.includeUsageDefault
   const chunk = (choices: unknown[], extra: Record<string, unknown> = {}): SseEvent => ({
     data: JSON.stringify({ id, object: 'chat.completion.chunk', created, model: c.model, choices, ...extra }),
   })
-  async function* chunks(): AsyncGenerator<SseEvent> {
+  async function* chunks(first: IteratorResult<TurnEvent, unknown>): AsyncGenerator<SseEvent> {
     yield chunk([{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }])
     let usage: MessageUsage = { tokens_in: 0, tokens_out: 0, credits: 0 }
     let finish = 'stop'
     try {
-      for (let r: IteratorResult<TurnEvent, unknown> = first; !r.done; r = await events.next()) {
+      for (let r = first; !r.done; r = await turnStream.next()) {
         const e = r.value
         if (e.event === 'message') yield chunk([{ index: 0, delta: { content: e.data.delta }, finish_reason: null }])
         else if (e.event === 'usage') usage = e.data
@@ -76,5 +74,6 @@ export async function agentCompletion(deps: Deps, c: AgentCompletionCall) {
       if (!abort.signal.aborted) yield errorEvent(c.requestId, err)
     }
   }
-  return sseResponse(deps, c.request, c.set, c.route, chunks(), abort)
+  const { events } = await afterFirst(turnStream, chunks)
+  return sseResponse(deps, { request: c.request, set: c.set, route: c.route, events, abort })
 }

@@ -2,7 +2,8 @@ import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps'
 import * as agents from '../domain/agents/service'
 import * as conversations from '../domain/agents/conversations'
-import { prepareTurn, turnEvents, type Turn } from '../domain/agents/chat'
+import { prepareTurn } from '../domain/agents/chat'
+import { turnEvents, type Turn } from '../domain/agents/turn'
 import { resolveWorkspaceId } from '../domain/ownership'
 import { AppError } from '../lib/errors'
 import { parseListQuery, toPage, type ListSpec } from '../lib/lists'
@@ -41,8 +42,13 @@ async function* turnStream(deps: Deps, turn: Turn, requestId: string, abort: Abo
   }
 }
 
+/** The agents (docs/agents.md), in this order: the agents themselves, a turn of chat, their conversations. */
 export function agentRoutes(deps: Deps) {
-  return new Elysia({ name: 'routes.agents' })
+  return new Elysia({ name: 'routes.agents' }).use(agentCrudRoutes(deps)).use(agentChatRoutes(deps)).use(conversationRoutes(deps))
+}
+
+function agentCrudRoutes(deps: Deps) {
+  return new Elysia({ name: 'routes.agents.crud' })
     .use(authenticated(deps))
     .post('/agents', async ({ caller, requestId, body, headers, set, request }) => {
       const workspaceId = await resolveWorkspaceId(deps, caller, body.workspace_id, headers['x-workspace-id'])
@@ -89,6 +95,11 @@ export function agentRoutes(deps: Deps) {
       response: { 200: Envelope(t.Object({ id: t.String(), deleted: t.Literal(true) }), 'The agent was deleted'), ...errors(403, 404, 409, 422) },
       detail: { operationId: 'deleteAgent', tags, summary: 'Delete an agent with its conversations (developer)' },
     })
+}
+
+function agentChatRoutes(deps: Deps) {
+  return new Elysia({ name: 'routes.agents.chat' })
+    .use(authenticated(deps))
     .post('/agents/:id/chat', async ({ caller, requestId, params, body, request, set, route }) => {
       const turn = await prepareTurn(deps, caller, params.id, body, requestId)
       if (body.stream) {
@@ -97,7 +108,7 @@ export function agentRoutes(deps: Deps) {
         const abort = new AbortController()
         const outcome = { failed: false }
         // Cast: Elysia types an async handler as a Promise of one answer type (a Response, or a declared body), not of their union.
-        return sseResponse(deps, request, set, route, turnStream(deps, turn, requestId, abort, outcome), abort, undefined, { ok: () => !outcome.failed }) as never
+        return sseResponse(deps, { request, set, route, events: turnStream(deps, turn, requestId, abort, outcome), abort, replay: { ok: () => !outcome.failed } }) as never
       }
       const r = await turn.run(() => {}, request.signal ?? new AbortController().signal)
       return {
@@ -121,6 +132,11 @@ export function agentRoutes(deps: Deps) {
         description: 'A new conversation when conversation_id is omitted; one of another agent or user_id is 404. Streams send message (delta), tool_call, tool_result, usage and done (finish_reason) events, or an error event if the turn fails after the first byte; the X-Conversation-Id header names the conversation. The answer, its tool calls, usage and credits are stored in one transaction, also what was produced when the client leaves mid-stream.',
       },
     })
+}
+
+function conversationRoutes(deps: Deps) {
+  return new Elysia({ name: 'routes.agents.conversations' })
+    .use(authenticated(deps))
     .get('/agents/:id/conversations', async ({ caller, requestId, params, query }) => {
       // Newest activity first unless the client sorts otherwise (the cursor then encodes updated_at).
       const q = parseListQuery({ sort: '-updated_at', ...query }, conversationList)

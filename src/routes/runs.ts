@@ -40,10 +40,10 @@ export function runRoutes(deps: Deps) {
         set.headers['x-run-id'] = run.id
         const abort = new AbortController()
         // Cast: as above.
-        return sseResponse(deps, request, set, route, sseOf(runsDomain.followRun(deps, run.id, 0, abort.signal)), abort, {
+        return sseResponse(deps, { request, set, route, events: sseOf(runsDomain.followRun(deps, run.id, 0, abort.signal)), abort, idempotent: {
           status: 202,
           body: { request_id: requestId, run_id: run.id, status: 'running' },
-        }) as never
+        } }) as never
       }
       const done = await runsDomain.waitForRun(deps, run.id, deps.config.syncRunTimeoutMs)
       if (done.status === 'running') set.status = 202
@@ -139,7 +139,7 @@ export function runRoutes(deps: Deps) {
         }
         const abort = new AbortController()
         // Cast: Elysia types an async handler as a Promise of one answer type (a Response, or a declared body), not of their union.
-        return sseResponse(deps, request, set, route, sseOf(runsDomain.followRun(deps, run.id, after, abort.signal)), abort) as never
+        return sseResponse(deps, { request, set, route, events: sseOf(runsDomain.followRun(deps, run.id, after, abort.signal)), abort }) as never
       }
       const events = await runsDomain.runEvents(deps, run.id, after)
       return { request_id: requestId, data: events.map((e) => ({ seq: e.seq, event: e.type, data: e.data, created_at: iso(e.created_at)! })) }

@@ -152,9 +152,9 @@ describe('catalogue max_concurrency', () => {
   const catalogue = (extra: Record<string, unknown>) => ({ providers: [{ id: 'p', kind: 'openai', base_url: 'http://127.0.0.1:1/v1', api_key: 'k', ...extra }] })
 
   test('sets the provider\'s limit; default 4', () => {
-    const given = parseCatalog(catalogue({ max_concurrency: 12 })).providers.get('p')!
+    const given = parseCatalog(catalogue({ max_concurrency: 12 }), {}).providers.get('p')!
     expect(new OpenAIProvider(given).embedLimit.max).toBe(12)
-    const unset = parseCatalog(catalogue({})).providers.get('p')!
+    const unset = parseCatalog(catalogue({}), {}).providers.get('p')!
     expect(new OpenAIProvider(unset).embedLimit.max).toBe(DEFAULT_MAX_CONCURRENCY)
     expect(DEFAULT_MAX_CONCURRENCY).toBe(4)
   })
@@ -162,7 +162,7 @@ describe('catalogue max_concurrency', () => {
   test.each([0, -1, 1.5, 257, '4'])('%p is refused, naming the field', (value) => {
     let error: unknown = null
     try {
-      parseCatalog(catalogue({ max_concurrency: value }))
+      parseCatalog(catalogue({ max_concurrency: value }), {})
     } catch (err) {
       error = err
     }

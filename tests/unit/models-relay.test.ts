@@ -1,7 +1,7 @@
 import { describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { relayText } from '../../src/domain/models/gateway'
-import { contentChunk, ContentChunks } from '../../src/domain/models/providers/openai'
+import { contentChunk, ContentChunks } from '../../src/domain/models/providers/openai-chunks'
 import { DataSplitter } from '../../src/domain/models/providers/upstream'
 import { plain, WireEvents } from '../../src/domain/models/providers/wire-events'
 

@@ -1,7 +1,7 @@
 import { invalid } from '../../lib/errors'
 import type { Caller } from '../access'
 import type { ChatMessage } from '../models/types'
-import type { ChatInput, HistoryMessage, Sampling } from './chat'
+import type { ChatInput, HistoryMessage, Sampling } from './turn'
 
 /**
  * Agents as models of the OpenAI drop-in (docs/agents.md, "Agents from any OpenAI client"):

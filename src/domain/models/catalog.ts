@@ -88,7 +88,8 @@ function fieldOf(path: string): string {
   return path.replace(/^\//, '').replace(/\/(\d+)(?=\/|$)/g, '[$1]').replace(/^(\d+)/, '[$1]').replace(/\//g, '.') || '(root)'
 }
 
-export function parseCatalog(raw: unknown, env: Record<string, string | undefined> = process.env): Catalog {
+/** `env`: the variables `api_key_env` may name (`Config.catalogEnv`). */
+export function parseCatalog(raw: unknown, env: Readonly<Record<string, string | undefined>>): Catalog {
   const first = Value.Errors(CatalogFile, raw).First()
   if (first) {
     // "Expected union value" says nothing: name the allowed values of a union of literals.
@@ -127,7 +128,7 @@ export function parseCatalog(raw: unknown, env: Record<string, string | undefine
   return { providers, models }
 }
 
-export function loadCatalog(file: string | null, env: Record<string, string | undefined> = process.env): Catalog {
+export function loadCatalog(file: string | null, env: Readonly<Record<string, string | undefined>>): Catalog {
   if (!file) return parseCatalog({}, env)
   let text: string
   try {

@@ -11,7 +11,7 @@ import type { Catalog, ModelSpec, ModelType } from './catalog'
 import { CircuitBreaker } from './circuit-breaker'
 import { embedBatches } from './embed-batches'
 import { ProviderError, type ChatChunk, type ChatCompletion, type ChatRequest, type Provider, type RawChunk, type Usage } from './types'
-import { capped, captureContent, contextWith, failSpan, runIn, SpanKind, startSpan, tracingOn, type Attributes, type Span } from '../../lib/tracing'
+import { capped, captureContent, contextWith, endAfter, endAfterStream, runIn, SpanKind, startSpan, tracingOn, type Attributes, type Span } from '../../lib/tracing'
 
 /** Who a call is for: the workspace charged and the request that made it. */
 export interface CallContext {
@@ -70,7 +70,7 @@ export class Gateway {
 
   async chat(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal): Promise<ChatCompletion & { credits: number }> {
     const span = tracingOn ? callSpan('chat', ctx, model, chatAttributes(req)) : null
-    try {
+    return endAfter(span, async () => {
       await this.budget(ctx)
       const call = () => this.failover(ctx, model, signal, (provider, route) => provider.chat({ ...req, model: route.model }, signal), span)
       const completion = await (span ? runIn(contextWith(span), call) : call())
@@ -87,12 +87,7 @@ export class Gateway {
         if (captureContent) span.setAttribute('gen_ai.output.messages', capped(completion.choices.map((c) => ({ ...c.message, finish_reason: c.finish_reason }))))
       }
       return { ...completion, model: model.id, credits }
-    } catch (err) {
-      if (span) failSpan(span, err)
-      throw err
-    } finally {
-      span?.end()
-    }
+    })
   }
 
   /**
@@ -117,19 +112,9 @@ export class Gateway {
    */
   chatStreamBatches(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal, wire = false): AsyncGenerator<Relayed[]> {
     // With tracing off the stream is the generator itself: no delegating layer per batch.
-    return tracingOn ? this.tracedStream(ctx, model, req, signal, wire) : this.stream(ctx, model, req, signal, null, wire)
-  }
-
-  private async *tracedStream(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal, wire: boolean): AsyncGenerator<Relayed[]> {
+    if (!tracingOn) return this.stream(ctx, model, req, signal, null, wire)
     const span = callSpan('chat', ctx, model, { ...chatAttributes(req), 'gen_ai.request.stream': true })
-    try {
-      yield* this.stream(ctx, model, req, signal, span, wire)
-    } catch (err) {
-      failSpan(span, err)
-      throw err
-    } finally {
-      span.end()
-    }
+    return endAfterStream(span, this.stream(ctx, model, req, signal, span, wire))
   }
 
   private async *stream(ctx: CallContext, model: ModelSpec, req: Omit<ChatRequest, 'model'>, signal: AbortSignal, span: Span | null, wire: boolean): AsyncGenerator<Relayed[]> {
@@ -193,16 +178,11 @@ export class Gateway {
   async embed(ctx: CallContext, model: ModelSpec, inputs: string[], signal: AbortSignal): Promise<{ vectors: number[][]; tokens: number; credits: number }> {
     if (!tracingOn) return this.embedding(ctx, model, inputs, signal, null)
     const span = callSpan('embeddings', ctx, model, { 'gen_ai.embeddings.input_count': inputs.length })
-    try {
+    return endAfter(span, async () => {
       const result = await runIn(contextWith(span), () => this.embedding(ctx, model, inputs, signal, span))
       span.setAttributes({ 'gen_ai.usage.input_tokens': result.tokens, credits: result.credits })
       return result
-    } catch (err) {
-      failSpan(span, err)
-      throw err
-    } finally {
-      span.end()
-    }
+    })
   }
 
   private async embedding(ctx: CallContext, model: ModelSpec, inputs: string[], signal: AbortSignal, span: Span | null): Promise<{ vectors: number[][]; tokens: number; credits: number }> {
@@ -233,34 +213,24 @@ export class Gateway {
    */
   async embeddedLocally(ctx: CallContext, model: ModelSpec, inputs: number, tokens: number): Promise<number> {
     const span = tracingOn ? callSpan('embeddings', ctx, model, { 'gen_ai.embeddings.input_count': inputs, 'gen_ai.provider.name': 'local' }) : null
-    try {
+    return endAfter(span, async () => {
       await this.budget(ctx)
       const credits = await this.charge(ctx, model, 'embedding', tokens, 0)
       span?.setAttributes({ 'gen_ai.usage.input_tokens': tokens, credits })
       return credits
-    } catch (err) {
-      if (span) failSpan(span, err)
-      throw err
-    } finally {
-      span?.end()
-    }
+    })
   }
 
   async rerank(ctx: CallContext, model: ModelSpec, query: string, documents: string[], topN: number | undefined, signal: AbortSignal) {
     const span = tracingOn ? callSpan('rerank', ctx, model, { 'gen_ai.rerank.document_count': documents.length, ...(captureContent ? { 'gen_ai.input.messages': capped(query) } : {}) }) : null
-    try {
+    return endAfter(span, async () => {
       await this.budget(ctx)
       const call = () => this.failover(ctx, model, signal, (provider, route) => provider.rerank(route.model, query, documents, topN, signal), span)
       const result = await (span ? runIn(contextWith(span), call) : call())
       const credits = await this.charge(ctx, model, 'rerank', result.tokens, 0)
       span?.setAttributes({ 'gen_ai.usage.input_tokens': result.tokens, credits })
       return { ...result, credits }
-    } catch (err) {
-      if (span) failSpan(span, err)
-      throw err
-    } finally {
-      span?.end()
-    }
+    })
   }
 
   /**

@@ -1,4 +1,3 @@
-import type { WireRun } from './providers/wire-events'
 import type { Limiter } from '../../lib/limiter'
 import type { ResponseFormat } from './response-format'
 
@@ -83,11 +82,13 @@ export interface RerankResult {
   tokens: number
 }
 
-/**
- * What a provider must do. Every call takes an AbortSignal (client disconnect, time-out). Errors are
- * `ProviderError` so the gateway can tell a reason to fail over (429, 5xx, time-out, network) from
- * one to stop at (400, 401...).
- */
+/** Consecutive templated events of an upstream stream, relayed as bytes (`WireEvents`): their relayed bytes and their texts joined. */
+export interface WireRun {
+  wire: Uint8Array
+  text: string
+  count: number
+}
+
 /** A chunk and, when it came from the upstream as is, its JSON text (null: made here). */
 export interface RawChunk {
   chunk: ChatChunk
@@ -99,6 +100,11 @@ export interface RawChunk {
   run?: WireRun
 }
 
+/**
+ * What a provider must do. Every call takes an AbortSignal (client disconnect, time-out). Errors are
+ * `ProviderError` so the gateway can tell a reason to fail over (429, 5xx, time-out, network) from
+ * one to stop at (400, 401...).
+ */
 export interface Provider {
   readonly id: string
   readonly kind: 'openai' | 'anthropic' | 'local'

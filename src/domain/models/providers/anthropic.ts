@@ -1,8 +1,8 @@
 import type { ResolvedProvider } from '../catalog'
 import { ProviderError, type ChatChunk, type ChatCompletion, type ChatMessage, type ChatRequest, type EmbeddingResult, type FailoverReason, type FinishReason, type Provider, type RerankResult, type ToolCall } from '../types'
 import { wantsJson } from '../response-format'
-import { usageOf } from './openai'
 import { isObject, malformed, postJson, postSse, type Upstream } from './upstream'
+import { usageOf } from './usage'
 
 /**
  * Anthropic's Messages API behind the OpenAI chat format. What differs on the wire:
@@ -91,13 +91,8 @@ export class AnthropicProvider implements Provider {
     let stopReason: unknown = null
     const parts: string[] = []
     for await (const event of events) {
-      let e: unknown
-      try {
-        e = JSON.parse(event.data)
-      } catch {
-        throw malformed(this.p, `an SSE event that is not JSON: ${event.data.slice(0, 80)}`)
-      }
-      if (!isObject(e)) continue
+      const e = this.eventOf(event.data)
+      if (e === null) continue
       switch (e.type) {
         case 'message_start': {
           const m = isObject(e.message) ? e.message : {}
@@ -153,14 +148,29 @@ export class AnthropicProvider implements Provider {
           yield { ...chunk({}, finishOf(answered ? 'end_turn' : stopReason)), usage }
           return
         }
-        case 'error': {
-          const err = isObject(e.error) ? e.error : {}
-          throw new ProviderError(`${this.p.id}: error mid-stream: ${String(err.message ?? err.type ?? 'unknown')}`, null, streamFailover(err.type))
-        }
+        case 'error':
+          throw this.streamError(e.error)
         // ping, content_block_stop, and event types added later carry nothing to map.
       }
     }
     throw malformed(this.p, 'the stream ended before message_stop')
+  }
+
+  /** An event's JSON object (null: another JSON value, which carries nothing to map). */
+  private eventOf(data: string) {
+    let e: unknown
+    try {
+      e = JSON.parse(data)
+    } catch {
+      throw malformed(this.p, `an SSE event that is not JSON: ${data.slice(0, 80)}`)
+    }
+    return isObject(e) ? e : null
+  }
+
+  /** An `error` event sent after the 200, read like the status it would have had. */
+  private streamError(error: unknown): ProviderError {
+    const err = isObject(error) ? error : {}
+    return new ProviderError(`${this.p.id}: error mid-stream: ${String(err.message ?? err.type ?? 'unknown')}`, null, streamFailover(err.type))
   }
 
   async embed(_model: string, _inputs: string[], _signal: AbortSignal): Promise<EmbeddingResult> {

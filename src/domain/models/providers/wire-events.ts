@@ -1,3 +1,4 @@
+import type { WireRun } from '../types'
 import { DataSplitter, MAX_EVENT } from './upstream'
 
 /**
@@ -9,13 +10,6 @@ import { DataSplitter, MAX_EVENT } from './upstream'
  * as text, as `DataSplitter` reads it. A body with a CR anywhere (CRLF or CR line ends) or that starts
  * with a byte order mark is read by `DataSplitter` from there on, event by event.
  */
-
-/** Consecutive templated events: their relayed bytes and their texts joined. */
-export interface WireRun {
-  wire: Uint8Array
-  text: string
-  count: number
-}
 
 /** What an event is around its text, and what it becomes (the `\n\n` that ends it included). */
 export interface WireTemplate {
