@@ -5,7 +5,8 @@ import { FileNotFound, StorageUnavailable } from '../../store/files'
 import * as store from '../../store/knowledge'
 import type { ChunkSettings } from './chunk'
 import { DIMENSIONS as LOCAL_DIMENSIONS } from '../models/local/embed'
-import { commitDocument, DocumentGone, originalKey, type DocumentExtra } from './documents'
+import { commitDocument, DocumentGone, type DocumentExtra } from './document-transitions'
+import { originalKey } from './documents'
 
 export { DocumentGone }
 import type { DocType } from './parse'
