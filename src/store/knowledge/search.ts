@@ -1,5 +1,6 @@
 import { Limiter } from '../../lib/limiter'
 import type { Pool, Sql } from '../db'
+import { efSearchFor, searchSession } from './search-session'
 import { EXACT_MAX, halfOf } from './vector-index'
 
 /** Search over the chunks of a base: vector (HNSW or exact) and full text, over both parts of the base. */
@@ -61,51 +62,12 @@ function sizeOf(sql: Sql, dims: number) {
 }
 
 /**
- * HNSW's candidate list (ef_search) searches start from, by default (KNOWLEDGE_EF_SEARCH sets it:
- * docs/knowledge.md, "Search"). Measured on a clustered corpus of 100 000 chunks (bench/README.md,
- * "Knowledge at scale"), 5 builds of the graph (m 12, ef_construction 128: vector-index.ts):
- * recall@10 at ef_search 40 ≥ 0.963 in each (median 0.974), and the 20 rows of a hybrid search's
- * list at 40 ≥ 0.962; 50 rows at 100 ≥ 0.996. A hybrid search (both lists 20 deep for top_k 10)
- * walks with 40 and stays on the search pool's session setting. Vectors that spread like noise
- * (local-embed's hashed words) find 0.85-0.89 at 40 and 0.94-0.97 at 80-100.
- */
-export const EF_SEARCH = 40
-
-/** The candidate list for a search of `limit` rows: at least `base` (the deployment's), and never less than twice the rows asked. */
-export const efSearchFor = (base: number, limit: number) => Math.min(1000, Math.max(base, limit * 2))
-
-/**
  * Full-text candidates read from the GIN index per list before ranking: enough for any top_k, few
  * enough that ranking them costs well under a millisecond (each rank reads the chunk's tsvector:
  * ~4 µs). The chunks holding every word of the query (the best matches) are taken first, then those
  * holding any of them. 100 of each instead of 200: ~15 % more searches a second at 100 000 chunks.
  */
 const FULLTEXT_POOL = 100
-
-/**
- * The settings a search runs under. Sequential scans and sorts are priced out: every list has an
- * index path, and the sorts that remain (ranking, the exact path's distance order, the merge) have
- * no alternative, so they stay. Without that, a base without statistics (PGlite never analyzes) was
- * answered with a scan of every chunk and a sort. The sorts' penalty makes the plan look expensive
- * enough for PostgreSQL's JIT compiler, which then spent a second compiling a statement that runs in
- * a millisecond: JIT is off. The plan is the prepared statement's generic one from the first
- * execution on (planning it took ~1.5 ms of a ~3 ms search at 100 000 chunks): every choice that
- * depends on the base's size is made at run time by the gates, not by the planner.
- *
- * In server mode these are the search pool's session settings, sent when each of its connections
- * starts (`Database.search`), so a search is one statement and one round trip; `hnsw.ef_search` is
- * set per search only when its list is longer than half the deployment's `ef` (`Database.efSearch`).
- * On the embedded database (one session shared with everything else) each search sets them for its
- * own transaction.
- */
-export const searchSession = (ef: number): Record<string, string> => ({
-  'hnsw.ef_search': String(ef),
-  'hnsw.iterative_scan': 'relaxed_order',
-  enable_seqscan: 'off',
-  enable_sort: 'off',
-  jit: 'off',
-  plan_cache_mode: 'force_generic_plan',
-})
 
 /**
  * Where a search runs: the pool, in server mode the search's own pool (`Database.search`), and the
