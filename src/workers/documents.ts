@@ -1,6 +1,7 @@
 import type { Deps } from '../deps'
 import { DocumentGone, ingestDocument, RetryLater } from '../domain/knowledge/ingest'
-import { DocumentSandbox, type SandboxLimits } from '../domain/knowledge/sandbox'
+import { DocumentSandbox } from '../domain/knowledge/sandbox'
+import type { SandboxLimits } from '../domain/knowledge/sandbox-protocol'
 import { documentDefinition } from '../machines/document.machine'
 import * as store from '../store/knowledge'
 import { LeaseWorker } from './lease-worker'

@@ -10,7 +10,8 @@ import { originalKey } from './documents'
 
 export { DocumentGone }
 import type { DocType } from './parse'
-import { type DocumentSandbox, SandboxAborted, SandboxCrashed, SandboxFailure, type SandboxChunk, type VectorForm } from './sandbox'
+import type { DocumentSandbox } from './sandbox'
+import { SandboxAborted, SandboxCrashed, SandboxFailure, type SandboxChunk, type VectorForm } from './sandbox-protocol'
 import { activeSpan, markError, tracingOn, withSpan } from '../../lib/tracing'
 
 /** How many chunks one embedding call carries (local-embed: ~20 ms of the event loop for 64). */
