@@ -138,30 +138,71 @@ export async function searchChunks(db: SearchPools, q: SearchQuery): Promise<{ v
 
 type Row = ChunkHit & { list: 'v' | 't' | 'f'; rank: number }
 
-function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText: boolean) {
+/**
+ * What every part of the statement is written with: the base's vector size as literals (sizeOf),
+ * the filters over each table's alias, and the query vector (null without one).
+ */
+function termsOf(tx: Sql, q: SearchQuery, wantVector: boolean) {
   const { type: vt, graph, queryHalf, dims } = sizeOf(tx, q.dims)
-  const fc = filterClause(tx, 'c', q.filters)
-  const fu = filterClause(tx, 'u', q.filters)
-  const fd = filterClause(tx, 'd', q.filters)
+  return {
+    vt,
+    graph,
+    queryHalf,
+    dims,
+    fc: filterClause(tx, 'c', q.filters),
+    fu: filterClause(tx, 'u', q.filters),
+    fd: filterClause(tx, 'd', q.filters),
+    vec: wantVector ? tx`(select v from qv)` : tx`null::${vt}`,
+  }
+}
+
+type Terms = ReturnType<typeof termsOf>
+type Fragment = ReturnType<typeof filterClause>
+
+// The document's name, one primary-key read per row (a join let the planner hash every document).
+const nameOf = (tx: Sql, alias: string) => tx.unsafe(`(select name from documents where id = ${alias}.document_id)`)
+
+function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText: boolean) {
+  const t = termsOf(tx, q, wantVector)
+  const { vt, dims, vec } = t
+  // The query vector is sent and parsed once (a CTE), not once per use; `h` is it as the graph holds
+  // its vectors (normalised, halfvec: vector-index.ts).
+  const parts: Fragment[] = wantVector ? [tx`qv as (select v, ${t.queryHalf} as h from (select ${q.vector}::${vt} as v) x)`, vectorList(tx, q, t)] : []
+  if (wantText) parts.push(textList(tx, q, t))
+  if (q.mode === 'hybrid' && q.fuse !== undefined) return fusedStatement(tx, q.fuse, t, parts, wantVector, wantText)
+  const name = (alias: string) => nameOf(tx, alias)
+  const vectorRows = tx`
+    select 'v' as list, v.id as chunk_id, v.document_id, ${name('v')} as document_name, v.content, v.metadata, v.distance, 0::real as rank
+    from v`
+  // A full-text hit's distance is computed for its similarity; one of another size (a base being
+  // re-embedded) has none to this query.
+  const textRows = tx`
+    select 't' as list, t.id as chunk_id, t.document_id, ${name('t')} as document_name, t.content, t.metadata,
+           case when t.dims = ${dims} and ${vec} is not null then t.embedding::${vt} <=> ${vec} else 'NaN'::float8 end as distance, t.rank
+    from t`
+  const select = wantVector && wantText ? tx`${vectorRows} union all ${textRows}` : wantVector ? vectorRows : textRows
+  return tx<Row[]>`
+    with ${parts.reduce((a, b) => tx`${a}, ${b}`)}
+    select * from (${select}) r
+    order by list desc, case when list = 'v' then distance end, rank desc, chunk_id`
+}
+
+/** The vector list `v`: the gate, the graph walk or the exact sort of the indexed part, the unindexed part, merged. */
+function vectorList(tx: Sql, q: SearchQuery, { vt, graph, dims, fc, fu, fd, vec }: Terms) {
   // The graph walk's filter, in a form the planner cannot estimate: it has no statistics for
   // `metadata @> …` and assumes 0.1 % of rows pass, which makes a walk look hopeless and a sort of
   // the metadata index's rows cheap. The walk only runs when the gate counted more than EXACT_MAX
   // matching chunks, which is when walking is right.
   const fw = Object.keys(q.filters).length > 0 ? tx`and (true ${fc}) is not false` : tx``
-  // The query vector is sent and parsed once (a CTE), not once per use; `h` is it as the graph holds
-  // its vectors (normalised, halfvec: vector-index.ts).
-  const vec = wantVector ? tx`(select v from qv)` : tx`null::${vt}`
-  const parts = wantVector ? [tx`qv as (select v, ${queryHalf} as h from (select ${q.vector}::${vt} as v) x)`] : []
-  if (wantVector) {
-    // The gate counts from the documents (a chunk's metadata is its document's), in document order,
-    // and stops as soon as the running count of searched chunks passes EXACT_MAX: a few rows of a
-    // base of large documents, at most EXACT_MAX + 1 of one of one-chunk documents.
-    // The walk goes through the graph's normalised halfvec copies (vector-index.ts), in their order; each row's
-    // distance is the stored vector's, and `v` orders by it, as it orders the exact parts.
-    // `walked` is exact-checked: a walk answering fewer rows than asked (a filter, or a base, that is
-    // a sliver of the index: the iterative scan gives up after hnsw.max_scan_tuples) is answered by
-    // the exact sort instead, so a search never answers fewer chunks than there are.
-    parts.push(tx`
+  // The gate counts from the documents (a chunk's metadata is its document's), in document order,
+  // and stops as soon as the running count of searched chunks passes EXACT_MAX: a few rows of a
+  // base of large documents, at most EXACT_MAX + 1 of one of one-chunk documents.
+  // The walk goes through the graph's normalised halfvec copies (vector-index.ts), in their order; each row's
+  // distance is the stored vector's, and `v` orders by it, as it orders the exact parts.
+  // `walked` is exact-checked: a walk answering fewer rows than asked (a filter, or a base, that is
+  // a sliver of the index: the iterative scan gives up after hnsw.max_scan_tuples) is answered by
+  // the exact sort instead, so a search never answers fewer chunks than there are.
+  return tx`
     gate as (
       select exists (
         select 1 from (
@@ -195,12 +236,14 @@ function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText:
       union all select * from pending
       order by distance, id
       limit ${q.limit}
-    )`)
-  }
-  if (wantText) {
-    // Ranked where the GIN index's candidates are read (their row is at hand there); only the
-    // `limit` best are read again, whole.
-    parts.push(tx`
+    )`
+}
+
+/** The full-text list `t`: the GIN index's candidates of both parts, ranked, the best read whole. */
+function textList(tx: Sql, q: SearchQuery, { fc, fu }: Terms) {
+  // Ranked where the GIN index's candidates are read (their row is at hand there); only the
+  // `limit` best are read again, whole.
+  return tx`
     q as (
       select plainto_tsquery('english', ${q.text}) as every,
              nullif(replace(plainto_tsquery('english', ${q.text})::text, ' & ', ' | '), '')::tsquery as any
@@ -220,30 +263,22 @@ function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText:
       select b.id, c.document_id, c.content, c.metadata, c.dims, c.embedding, b.rank from best b join chunks c on c.id = b.id where not b.pending
       union all
       select b.id, u.document_id, u.content, u.metadata, u.dims, u.embedding, b.rank from best b join chunks_unindexed u on u.id = b.id where b.pending
-    )`)
-  }
-  // The document's name, one primary-key read per row (a join let the planner hash every document).
-  const name = (alias: string) => tx.unsafe(`(select name from documents where id = ${alias}.document_id)`)
-  const vectorRows = tx`
-    select 'v' as list, v.id as chunk_id, v.document_id, ${name('v')} as document_name, v.content, v.metadata, v.distance, 0::real as rank
-    from v`
-  // A full-text hit's distance is computed for its similarity; one of another size (a base being
-  // re-embedded) has none to this query.
-  const textRows = tx`
-    select 't' as list, t.id as chunk_id, t.document_id, ${name('t')} as document_name, t.content, t.metadata,
-           case when t.dims = ${dims} and ${vec} is not null then t.embedding::${vt} <=> ${vec} else 'NaN'::float8 end as distance, t.rank
-    from t`
-  if (q.mode === 'hybrid' && q.fuse !== undefined) {
-    // The domain's reciprocal rank fusion (fuse in domain/knowledge/search.ts), here so that only the
-    // rows answered are read whole and sent (a hybrid search's lists are twice as deep as its
-    // answer): Σ 1 / (RRF_K + 1 + rank) over the two lists, in the same float8 operations and order,
-    // over what a chunk first in both would get; ties as there, by first appearance (the vector
-    // list's rank, then the full-text-only chunks in their list's order).
-    if (!Number.isInteger(q.fuse) || q.fuse < 1) throw new Error(`bad fuse ${q.fuse}`)
-    const k1 = tx.unsafe(String(RRF_K + 1))
-    parts.push(wantVector ? tx`vr as (select v.*, row_number() over (order by v.distance, v.id) - 1 as r from v)` : tx`vr as (select null::text as id, null::text as document_id, null::text as content, null::jsonb as metadata, null::float8 as distance, null::bigint as r where false)`)
-    parts.push(wantText ? tx`tr as (select t.*, row_number() over (order by t.rank desc, t.id) - 1 as r from t)` : tx`tr as (select null::text as id, null::text as document_id, null::text as content, null::jsonb as metadata, null::integer as dims, null::vector as embedding, null::bigint as r where false)`)
-    parts.push(tx`f as (
+    )`
+}
+
+/** The fused list `f` over `v` and `t` and the statement that answers it (a hybrid search with `fuse`). */
+function fusedStatement(tx: Sql, fuse: number, { vt, dims, vec }: Terms, parts: Fragment[], wantVector: boolean, wantText: boolean) {
+  const name = (alias: string) => nameOf(tx, alias)
+  // The domain's reciprocal rank fusion (fuse in domain/knowledge/search.ts), here so that only the
+  // rows answered are read whole and sent (a hybrid search's lists are twice as deep as its
+  // answer): Σ 1 / (RRF_K + 1 + rank) over the two lists, in the same float8 operations and order,
+  // over what a chunk first in both would get; ties as there, by first appearance (the vector
+  // list's rank, then the full-text-only chunks in their list's order).
+  if (!Number.isInteger(fuse) || fuse < 1) throw new Error(`bad fuse ${fuse}`)
+  const k1 = tx.unsafe(String(RRF_K + 1))
+  parts.push(wantVector ? tx`vr as (select v.*, row_number() over (order by v.distance, v.id) - 1 as r from v)` : tx`vr as (select null::text as id, null::text as document_id, null::text as content, null::jsonb as metadata, null::float8 as distance, null::bigint as r where false)`)
+  parts.push(wantText ? tx`tr as (select t.*, row_number() over (order by t.rank desc, t.id) - 1 as r from t)` : tx`tr as (select null::text as id, null::text as document_id, null::text as content, null::jsonb as metadata, null::integer as dims, null::vector as embedding, null::bigint as r where false)`)
+  parts.push(tx`f as (
       select coalesce(vr.id, tr.id) as id, coalesce(vr.document_id, tr.document_id) as document_id, coalesce(vr.content, tr.content) as content,
              coalesce(vr.metadata, tr.metadata) as metadata,
              case when vr.id is not null then vr.distance when tr.dims = ${dims} and ${vec} is not null then tr.embedding::${vt} <=> ${vec} else 'NaN'::float8 end as distance,
@@ -251,17 +286,11 @@ function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText:
              vr.id is null as text_only, coalesce(vr.r, tr.r) as r
       from vr full join tr on tr.id = vr.id
       order by 6 desc, 7, 8
-      limit ${q.fuse}
+      limit ${fuse}
     )`)
-    return tx<Row[]>`
+  return tx<Row[]>`
       with ${parts.reduce((a, b) => tx`${a}, ${b}`)}
       select 'f' as list, f.id as chunk_id, f.document_id, ${name('f')} as document_name, f.content, f.metadata, f.distance, f.score as rank
       from f
       order by f.score desc, f.text_only, f.r`
-  }
-  const select = wantVector && wantText ? tx`${vectorRows} union all ${textRows}` : wantVector ? vectorRows : textRows
-  return tx<Row[]>`
-    with ${parts.reduce((a, b) => tx`${a}, ${b}`)}
-    select * from (${select}) r
-    order by list desc, case when list = 'v' then distance end, rank desc, chunk_id`
 }
