@@ -1,5 +1,6 @@
 import type { Deps } from '../deps'
-import { DocumentGone, ingestDocument, RetryLater } from '../domain/knowledge/ingest'
+import { DocumentGone } from '../domain/knowledge/document-transitions'
+import { ingestDocument, RetryLater } from '../domain/knowledge/ingest'
 import { DocumentSandbox } from '../domain/knowledge/sandbox'
 import type { SandboxLimits } from '../domain/knowledge/sandbox-protocol'
 import { documentDefinition } from '../machines/document.machine'

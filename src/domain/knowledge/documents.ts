@@ -71,7 +71,7 @@ export async function uploadFile(deps: Deps, caller: Caller, kbId: string, reque
   const kb = await loadKnowledgeBase(deps, caller, kbId, 'build')
   const id = newId('doc')
   const key = originalKey({ knowledge_base_id: kb.id, id })
-  const upload = await storeMultipart(request, deps.files, key, deps.config.maxUploadBytes)
+  const upload = await storeMultipart(deps, request, key, deps.config.maxUploadBytes)
   try {
     let metadata: unknown
     if (upload.fields.metadata !== undefined && upload.fields.metadata !== '') {

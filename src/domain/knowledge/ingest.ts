@@ -7,8 +7,6 @@ import type { ChunkSettings } from './chunk'
 import { DIMENSIONS as LOCAL_DIMENSIONS } from '../models/local/embed'
 import { commitDocument, DocumentGone, type DocumentExtra } from './document-transitions'
 import { originalKey } from './documents'
-
-export { DocumentGone }
 import type { DocType } from './parse'
 import type { DocumentSandbox } from './sandbox'
 import { SandboxAborted, SandboxCrashed, SandboxFailure, type SandboxChunk, type VectorForm } from './sandbox-protocol'
