@@ -4,8 +4,6 @@ import { Value } from '@sinclair/typebox/value'
 import { existsSync, statSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import type { S3Settings } from './store/files/s3'
-import { EF_SEARCH } from './store/knowledge/search'
 
 /**
  * The only reader of process.env. Every variable of the configuration table (README.md, "Configuration")
@@ -179,6 +177,20 @@ export interface Config {
   testFailpoint: 'idempotency.before-write' | 'idempotency.before-store' | null
 }
 
+/** STORAGE_URL=s3://<bucket>/<prefix> and its credentials (store/files/s3.ts; the secret is never logged). */
+export interface S3Settings {
+  bucket: string
+  /** Object keys begin with it (no leading or trailing slash; empty for the bucket's root). */
+  prefix: string
+  /** An S3-compatible service (MinIO, R2, ...); null for AWS itself. */
+  endpoint: string | null
+  region: string | null
+  accessKeyId: string | null
+  secretAccessKey: string | null
+  sessionToken: string | null
+  virtualHostedStyle: boolean
+}
+
 /**
  * `file`: a directory (DATA_DIR/files by default). `postgres`: the database, reading originals an
  * older version left in `legacyDir` (DATA_DIR/files) when the table does not have them. `s3`: a
@@ -195,6 +207,17 @@ export class ConfigError extends Error {
 
 /** Variables whose values are credentials: a bad one is named, never shown. */
 const SECRETS = new Set(['OTEL_EXPORTER_OTLP_HEADERS', 'S3_SECRET_ACCESS_KEY', 'AWS_SECRET_ACCESS_KEY', 'S3_SESSION_TOKEN', 'AWS_SESSION_TOKEN'])
+
+/**
+ * HNSW's candidate list (ef_search) searches start from, by default (KNOWLEDGE_EF_SEARCH sets it:
+ * docs/knowledge.md, "Search"). Measured on a clustered corpus of 100 000 chunks (bench/README.md,
+ * "Knowledge at scale"), 5 builds of the graph (m 12, ef_construction 128: store/knowledge/vector-index.ts):
+ * recall@10 at ef_search 40 ≥ 0.963 in each (median 0.974), and the 20 rows of a hybrid search's
+ * list at 40 ≥ 0.962; 50 rows at 100 ≥ 0.996. A hybrid search (both lists 20 deep for top_k 10)
+ * walks with 40 and stays on the search pool's session setting. Vectors that spread like noise
+ * (local-embed's hashed words) find 0.85-0.89 at 40 and 0.94-0.97 at 80-100.
+ */
+export const EF_SEARCH = 40
 
 /** The search pool's default size: half the main pool's, at least 2 (store/db.ts). */
 export const searchPoolDefault = (poolMax: number) => Math.max(2, Math.ceil(poolMax / 2))

@@ -39,9 +39,22 @@ function textUpload(body: unknown) {
   return body as typeof TextUpload.static
 }
 
+/** The one instance every knowledge route is added to, authenticated (src/routes/plugins/auth.ts). */
+const knowledgeApp = (deps: Deps) => new Elysia({ name: 'routes.knowledge' }).use(authenticated(deps))
+type KnowledgeApp = ReturnType<typeof knowledgeApp>
+
+/**
+ * Knowledge bases, their documents and their search. The groups below are functions of the one
+ * instance (Elysia's functional plugins): their routes are added to it in this order, under the
+ * same hooks, as one chain would add them.
+ */
 export function knowledgeRoutes(deps: Deps) {
-  return new Elysia({ name: 'routes.knowledge' })
-    .use(authenticated(deps))
+  return knowledgeApp(deps).use(baseRoutes(deps)).use(documentRoutes(deps)).use(searchRoutes(deps))
+}
+
+/** Knowledge bases: create, list, read, change, delete. */
+function baseRoutes(deps: Deps) {
+  return (app: KnowledgeApp) => app
     .post('/knowledge-bases', async ({ caller, requestId, body, headers, set, request }) => {
       const workspaceId = await resolveWorkspaceId(deps, caller, body.workspace_id, headers['x-workspace-id'])
       set.status = 201
@@ -91,6 +104,11 @@ export function knowledgeRoutes(deps: Deps) {
       response: { 200: Envelope(t.Object({ id: t.String(), deleted: t.Literal(true) }), 'The knowledge base was deleted'), ...errors(403, 404, 409, 422) },
       detail: { operationId: 'deleteKnowledgeBase', tags, summary: 'Delete a knowledge base with its documents, chunks and originals (developer)' },
     })
+}
+
+/** A base's documents (upload, list) and a document by id (status, delete, re-parse). */
+function documentRoutes(deps: Deps) {
+  return (app: KnowledgeApp) => app
     .post('/knowledge-bases/:id/documents', async ({ caller, requestId, params, request, body, set }) => {
       const doc = body === STREAMED_BODY
         ? await documents.uploadFile(deps, caller, params.id, request, writeKey(request))
@@ -149,6 +167,11 @@ export function knowledgeRoutes(deps: Deps) {
       response: { 202: Envelope(Document, 'The document, queued for parsing again'), ...errors(403, 404, 409, 422) },
       detail: { operationId: 'reparseDocument', tags, summary: 'Re-parse a ready or failed document with the base\'s current chunking (409 otherwise); its chunks stay searchable until the new ones replace them (developer)' },
     })
+}
+
+/** The search of one base (retrieval only). */
+function searchRoutes(deps: Deps) {
+  return (app: KnowledgeApp) => app
     .post('/knowledge-bases/:id/search', async ({ caller, requestId, params, body, request }) => ({
       request_id: requestId,
       results: await searchKnowledgeBase(deps, caller, params.id, body, requestId, request.signal),

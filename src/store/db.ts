@@ -1,9 +1,9 @@
 import { cpSync, existsSync, mkdirSync, renameSync, rmSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import postgres from 'postgres'
-import { searchPoolDefault } from '../config'
+import { EF_SEARCH, searchPoolDefault } from '../config'
 import { lockDataDir } from './data-dir-lock'
-import { EF_SEARCH, searchSession } from './knowledge/search'
+import { searchSession } from './knowledge/search-session'
 
 export { DataDirLockedError } from './data-dir-lock'
 
@@ -17,7 +17,7 @@ export interface Database {
   sql: postgres.Sql
   /**
    * Server mode: the knowledge search's own pool, whose connections start with the search's planner
-   * and HNSW settings (knowledge/search.ts, searchSession), so that a search is its one statement, one round
+   * and HNSW settings (knowledge/search-session.ts, searchSession), so that a search is its one statement, one round
    * trip, instead of a transaction that sets them first. Null on the embedded database: one session,
    * so each search sets them for its own transaction.
    */

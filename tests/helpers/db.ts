@@ -2,7 +2,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import postgres from 'postgres'
 import { embeddedClient, openEmbedded, openPostgres, type Database, type Pool } from '../../src/store/db'
-import { EF_SEARCH } from '../../src/store/knowledge/search'
+import { EF_SEARCH } from '../../src/config'
 import { migrate } from '../../src/store/migrate'
 import { SCHEMA_HASH as schemaHash, templateDump } from '../../src/store/pglite-template'
 

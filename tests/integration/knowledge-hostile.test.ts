@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
-import { DEFAULT_SANDBOX_LIMITS, type SandboxLimits } from '../../src/domain/knowledge/sandbox'
+import { DEFAULT_SANDBOX_LIMITS, type SandboxLimits } from '../../src/domain/knowledge/sandbox-protocol'
 import { DocumentWorker } from '../../src/workers/documents'
 import { keyFor, startHarness, waitFor, workspaceOf, type Harness } from '../helpers/harness'
 import { inflatingDocx, longLineText } from '../helpers/hostile-documents'

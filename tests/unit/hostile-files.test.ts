@@ -5,7 +5,8 @@ import { join } from 'node:path'
 import { strToU8, unzipSync, zipSync } from 'fflate'
 import { parseDocument, ParseError } from '../../src/domain/knowledge/parse'
 import { DOCX_MAX_UNPACKED_BYTES, refuseLyingZip } from '../../src/domain/knowledge/parse/docx'
-import { DEFAULT_SANDBOX_LIMITS, DocumentSandbox, SandboxFailure } from '../../src/domain/knowledge/sandbox'
+import { DocumentSandbox } from '../../src/domain/knowledge/sandbox'
+import { DEFAULT_SANDBOX_LIMITS, SandboxFailure } from '../../src/domain/knowledge/sandbox-protocol'
 import { cleanFileName } from '../../src/domain/knowledge/upload'
 
 setDefaultTimeout(TEST_TIMEOUT_MS)

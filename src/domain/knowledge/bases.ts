@@ -6,7 +6,7 @@ import * as store from '../../store/knowledge'
 import type { Action, Caller } from '../access'
 import { access, listScope, loadOwned } from '../ownership'
 import { DEFAULT_CHUNKING } from './chunk'
-import { requeueAll } from './documents'
+import { requeueAllIn } from './document-transitions'
 import { accessChanged, changingAccess } from '../../store/access-generation'
 import type { WriteKey } from '../../store/idempotent-writes'
 
@@ -122,7 +122,7 @@ export async function updateKnowledgeBase(deps: Deps, caller: Caller, id: string
       }
     }
     const row = await store.updateKnowledgeBase(tx, id, patch)
-    if (modelChange && input.reembed) await requeueAll(tx, row)
+    if (modelChange && input.reembed) await requeueAllIn(tx, row)
     return row
   }))
   if (modelChange && input.reembed) deps.wake.nudge('documents')

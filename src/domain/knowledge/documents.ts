@@ -2,64 +2,22 @@ import type { Deps } from '../../deps'
 import { AppError, invalid } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import type { ListQuery } from '../../lib/lists'
-import { advanceMany, start, type Persisted } from '../../machines/runner'
-import { DOCUMENT_MACHINE_VERSION, documentDefinition, documentMachine, type DocumentContext, type DocumentEvent, type DocumentStatus } from '../../machines/document.machine'
-import { commitTransition, type MachineIO } from '../machines'
-import type { Sql } from '../../store/db'
+import { start, type Persisted } from '../../machines/runner'
+import { DOCUMENT_MACHINE_VERSION, documentMachine, type DocumentContext } from '../../machines/document.machine'
 import * as store from '../../store/knowledge'
 import type { Caller } from '../access'
 import { loadOwned } from '../ownership'
 import { loadKnowledgeBase } from './bases'
+import { applyDocumentEvents, requeueIn } from './document-transitions'
 import { typeOfName } from './parse'
 import { storeMultipart } from './upload'
 import type { WriteKey } from '../../store/idempotent-writes'
-
-type Snapshot = Persisted<DocumentContext>
 
 /** `group` is any string up to 64 characters (docs/knowledge.md, "Documents"). */
 const MAX_GROUP = 64
 const MAX_NAME = 255
 
-/** The document machine applied to `events` in memory; null when its state refuses one of them. */
-export function applyDocumentEvents(snapshot: Snapshot, events: DocumentEvent[]): Snapshot | null {
-  return (advanceMany(documentMachine, snapshot, events)?.persisted as Snapshot | undefined) ?? null
-}
-
-/** The run of a document's ingestion ended under the worker (deleted, restarted, taken over). */
-export class DocumentGone extends Error {
-  override name = 'DocumentGone'
-}
-
-/** What a document's transition writes besides its snapshot: the worker's lease, readiness, a requeue. */
-export interface DocumentExtra extends Partial<Pick<store.DocumentWrite, 'ready' | 'requeue' | 'error'>> {
-  owner?: string
-}
-
-/**
- * The document machine's I/O (src/domain/machines.ts): one statement writes the row (its generation
- * from the snapshot, its error when it failed), swaps the searched generation when it becomes ready,
- * and writes the outbox event its new state announces (knowledge.document.ready | failed).
- */
-export const documentIO: MachineIO<store.DocumentRow, DocumentContext, DocumentEvent, DocumentExtra> = {
-  definition: documentDefinition,
-  refused: (doc, events) => new DocumentGone(`document ${doc.id} does not accept ${events.map((e) => e.type).join(', ')} in ${doc.status}`),
-  write(sql, doc, next, announce, { owner, ...write }) {
-    const status = next.value as DocumentStatus
-    const base = { knowledge_base_id: doc.knowledge_base_id, document_id: doc.id, name: doc.name }
-    const outbox = announce ? { type: announce, data: status === 'failed' ? { ...base, error: next.context.error } : base } : undefined
-    return store.writeDocumentTransition(
-      sql,
-      { id: doc.id, status: doc.status, generation: doc.generation, owner },
-      { status, snapshot: next, generation: next.context.generation, ...(status === 'failed' ? { error: next.context.error } : {}), ...write },
-      outbox,
-    )
-  },
-}
-
-/** One transition of a document as last read, written in one statement; null when it changed since. */
-export function commitDocument(sql: Sql, doc: store.DocumentRow, events: DocumentEvent[], extra: DocumentExtra = {}): Promise<store.DocumentRow | null> {
-  return commitTransition(sql, documentIO, doc, events, extra)
-}
+type Snapshot = Persisted<DocumentContext>
 
 /** Where a document's original is kept: under its base, so deleting a base removes its files at once. */
 export const originalKey = (d: { knowledge_base_id: string; id: string }) => `${d.knowledge_base_id}/${d.id}`
@@ -113,7 +71,7 @@ export async function uploadFile(deps: Deps, caller: Caller, kbId: string, reque
   const kb = await loadKnowledgeBase(deps, caller, kbId, 'build')
   const id = newId('doc')
   const key = originalKey({ knowledge_base_id: kb.id, id })
-  const upload = await storeMultipart(request, deps.files, key, deps.config.maxUploadBytes)
+  const upload = await storeMultipart(deps, request, key, deps.config.maxUploadBytes)
   try {
     let metadata: unknown
     if (upload.fields.metadata !== undefined && upload.fields.metadata !== '') {
@@ -184,31 +142,11 @@ export async function deleteDocument(deps: Deps, caller: Caller, id: string): Pr
 export async function reparseDocument(deps: Deps, caller: Caller, id: string): Promise<store.DocumentRow> {
   const doc = await loadDocument(deps, caller, id, 'build')
   const kb = await loadKnowledgeBase(deps, caller, doc.knowledge_base_id, 'build')
-  const row = doc.status === 'ready' || doc.status === 'failed' ? await requeue(deps.db.sql, doc, kb) : null
+  const row = doc.status === 'ready' || doc.status === 'failed' ? await requeueIn(deps.db.sql, doc, kb) : null
   if (!row) {
     const now = await store.findDocument(deps.db.sql, id)
     throw new AppError('conflict', `document ${id} is ${now?.status ?? 'gone'}; only a ready or failed document can be re-parsed`)
   }
   deps.wake.nudge('documents')
   return row
-}
-
-/**
- * A document back to `parsing` as its next generation: a settled one by reparse, one being ingested
- * by restart (its worker's next guarded write fails on the generation; the lease is let go so
- * another claim takes the new generation at once). Null when the machine refuses or the row changed.
- */
-async function requeue(sql: Sql, doc: store.DocumentRow, kb: store.KnowledgeBaseRow): Promise<store.DocumentRow | null> {
-  const settled = doc.status === 'ready' || doc.status === 'failed'
-  try {
-    return await commitDocument(sql, doc, [{ type: settled ? 'reparse.requested' : 'restart.requested', chunking: kb.chunking }], { error: null, requeue: true })
-  } catch (err) {
-    if (err instanceof DocumentGone) return null
-    throw err
-  }
-}
-
-/** A re-embed (a new embedding model): every document of the base becomes a new generation. */
-export async function requeueAll(sql: Sql, kb: store.KnowledgeBaseRow): Promise<void> {
-  for (const doc of await store.documentsOf(sql, kb.id)) await requeue(sql, doc, kb)
 }

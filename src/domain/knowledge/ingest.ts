@@ -5,11 +5,11 @@ import { FileNotFound, StorageUnavailable } from '../../store/files'
 import * as store from '../../store/knowledge'
 import type { ChunkSettings } from './chunk'
 import { DIMENSIONS as LOCAL_DIMENSIONS } from '../models/local/embed'
-import { commitDocument, DocumentGone, originalKey, type DocumentExtra } from './documents'
-
-export { DocumentGone }
+import { commitDocument, DocumentGone, type DocumentExtra } from './document-transitions'
+import { originalKey } from './documents'
 import type { DocType } from './parse'
-import { type DocumentSandbox, SandboxAborted, SandboxCrashed, SandboxFailure, type SandboxChunk, type VectorForm } from './sandbox'
+import type { DocumentSandbox } from './sandbox'
+import { SandboxAborted, SandboxCrashed, SandboxFailure, type SandboxChunk, type VectorForm } from './sandbox-protocol'
 import { activeSpan, markError, tracingOn, withSpan } from '../../lib/tracing'
 
 /** How many chunks one embedding call carries (local-embed: ~20 ms of the event loop for 64). */

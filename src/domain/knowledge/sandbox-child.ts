@@ -3,10 +3,10 @@ import { vectorText } from '../../store/vector-text'
 import { embedText } from '../models/local/embed'
 import { chunkDocument, TooManyChunks } from './chunk'
 import { ParseError, parseDocument } from './parse'
-import { CHUNKS_PER_MESSAGE, type SandboxChunk, type SandboxJob, type SandboxMessage, type WatchdogMessage } from './sandbox'
+import { CHUNKS_PER_MESSAGE, type SandboxChunk, type SandboxJob, type SandboxMessage, type WatchdogMessage } from './sandbox-protocol'
 
 /**
- * The process documents are parsed and chunked in (sandbox.ts starts it, and kills it at its time or
+ * The process documents are parsed and chunked in (sandbox-process.ts starts it, and kills it at its time or
  * memory limit): one job at a time, its chunks sent back in messages of CHUNKS_PER_MESSAGE, then
  * `done`; or the error the document fails with. With `embed`, each chunk also carries its local-embed
  * vector, as the text the insert statement sends or (server mode) as the float4 values COPY sends: the embedding is computed here, beside the chunker, whose

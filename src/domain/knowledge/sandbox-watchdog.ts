@@ -1,4 +1,4 @@
-import { LIMIT_SIGNALS, residentBytes, WATCHDOG_POLL_MS, type WatchdogMessage } from './sandbox'
+import { LIMIT_SIGNALS, residentBytes, WATCHDOG_POLL_MS, type WatchdogMessage } from './sandbox-protocol'
 
 /**
  * A thread of the document process (sandbox-child.ts) that watches it from inside: the main thread
@@ -9,7 +9,7 @@ import { LIMIT_SIGNALS, residentBytes, WATCHDOG_POLL_MS, type WatchdogMessage } 
  *   nearest subreaper, so `process.ppid` changes the moment the service dies, however it died
  *   (SIGKILL included): the process is gone within a poll. (`prctl(PR_SET_PDEATHSIG)` would say the
  *   same, but Bun.spawn cannot set it.)
- * - holds the document being read to the limits the service holds it to (sandbox.ts), so that they
+ * - holds the document being read to the limits the service holds it to (sandbox-process.ts), so that they
  *   hold even while the service cannot enforce them (its event loop stalled): past either it ends
  *   the process with the limit's signal (LIMIT_SIGNALS), which the service maps back to the
  *   document's `processing_timeout` or `processing_memory`.

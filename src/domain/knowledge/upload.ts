@@ -1,7 +1,8 @@
 import { once } from 'node:events'
 import Busboy from '@fastify/busboy'
 import { AppError, invalid } from '../../lib/errors'
-import { TooLarge, type FileStore } from '../../store/files'
+import type { Deps } from '../../deps'
+import { TooLarge } from '../../store/files'
 import { detectType, DOC_TYPES, typeOfName, type DocType } from './parse'
 
 /** How many bytes of a file decide its type (by extension, checked against content: docs/knowledge.md, "Documents"). */
@@ -18,12 +19,12 @@ export interface StoredUpload {
 
 /**
  * Reads a multipart/form-data upload (`file`, `group`, `metadata`: docs/knowledge.md, "Documents") and
- * streams its one file to `files` under `key`, never holding it whole in memory: the first 4 KiB decide the
+ * streams its one file to `deps.files` under `key`, never holding it whole in memory: the first 4 KiB decide the
  * type (415 when the extension is not ours or the content contradicts it), past `maxBytes` the upload stops
  * (413) and nothing is kept. Text fields are answered as read; the caller validates them and deletes the
  * stored file if it refuses them.
  */
-export async function storeMultipart(request: Request, files: FileStore, key: string, maxBytes: number): Promise<StoredUpload> {
+export async function storeMultipart(deps: Pick<Deps, 'files'>, request: Request, key: string, maxBytes: number): Promise<StoredUpload> {
   const contentType = request.headers.get('content-type') ?? ''
   if (!/^multipart\/form-data\s*;.*boundary=/i.test(contentType)) {
     throw new AppError('unsupported_media_type', 'upload with multipart/form-data (a `file` field), or JSON { type: "text", name, content }')
@@ -58,7 +59,7 @@ export async function storeMultipart(request: Request, files: FileStore, key: st
       return
     }
     const name = cleanFileName(filename ?? '')
-    stored = storeFile(stream, name, files, key, maxBytes).then((s) => ({ ...s, fields }))
+    stored = storeFile(deps, stream, name, key, maxBytes).then((s) => ({ ...s, fields }))
     // Busboy keeps feeding the stream; a refused file must still be drained for the parse to finish.
     stored.catch((err) => {
       fail(err)
@@ -85,7 +86,7 @@ export async function storeMultipart(request: Request, files: FileStore, key: st
   const result = stored ? await (stored as Promise<StoredUpload>).catch((err) => (fail(err), null)) : null
   if (failure) bb.destroy()
   if (failure) {
-    if (result) await files.delete(key)
+    if (result) await deps.files.delete(key)
     throw failure instanceof TooLarge ? new AppError('payload_too_large', `the file is larger than ${maxBytes} bytes (MAX_UPLOAD_BYTES)`) : failure
   }
   if (!result) throw invalid('file', 'is required')
@@ -93,7 +94,7 @@ export async function storeMultipart(request: Request, files: FileStore, key: st
 }
 
 /** Streams one file part to storage once its first bytes have shown what it is. */
-async function storeFile(stream: AsyncIterable<Uint8Array>, name: string, files: FileStore, key: string, maxBytes: number) {
+async function storeFile(deps: Pick<Deps, 'files'>, stream: AsyncIterable<Uint8Array>, name: string, key: string, maxBytes: number) {
   if (!name) throw invalid('file', 'needs a file name (its extension decides the type)')
   if (!typeOfName(name)) throw unsupported(name)
   let detected: DocType | null = null
@@ -120,7 +121,7 @@ async function storeFile(stream: AsyncIterable<Uint8Array>, name: string, files:
       yield bytes
     }
   }
-  const { size, sha256 } = await files.write(key, sniffed(), maxBytes)
+  const { size, sha256 } = await deps.files.write(key, sniffed(), maxBytes)
   return { name, type: detected! as DocType, size, sha256 }
 }
 

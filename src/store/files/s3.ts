@@ -1,23 +1,12 @@
 import { createHash } from 'node:crypto'
+import type { S3Settings } from '../../config'
 import { checkKey, FileNotFound, StorageUnavailable, TooLarge, type FileStore } from './port'
 
-/** STORAGE_URL=s3://<bucket>/<prefix> and its credentials (src/config.ts; the secret is never logged). */
-export interface S3Settings {
-  bucket: string
-  /** Object keys begin with it (no leading or trailing slash; empty for the bucket's root). */
-  prefix: string
-  /** An S3-compatible service (MinIO, R2, ...); null for AWS itself. */
-  endpoint: string | null
-  region: string | null
-  accessKeyId: string | null
-  secretAccessKey: string | null
-  sessionToken: string | null
-  virtualHostedStyle: boolean
-}
+export type { S3Settings }
 
 /**
  * S3's smallest part is 5 MiB; two in flight, so an upload holds ~10 MiB of memory at most while
- * it streams (src/store/files/s3.ts; docs/deployment.md).
+ * it streams (docs/deployment.md).
  */
 const PART_BYTES = 5 << 20
 const QUEUE = 2

@@ -1,7 +1,7 @@
 import type { ListQuery } from '../../lib/lists'
 import { DOCUMENT_MACHINE_VERSION, type DocumentContext, type DocumentStatus } from '../../machines/document.machine'
 import type { Persisted } from '../../machines/runner'
-import type { Sql, Tx } from '../db'
+import type { Sql } from '../db'
 import type { LeaseTable } from '../leases'
 import { listClauses } from '../lists'
 import { writeRowTransition } from '../transitions'
@@ -55,11 +55,6 @@ export async function insertDocument(
 
 export async function findDocument(sql: Sql, id: string): Promise<DocumentRow | null> {
   const [row] = await sql<DocumentRow[]>`select * from documents where id = ${id}`
-  return row ?? null
-}
-
-export async function lockDocument(tx: Tx, id: string): Promise<DocumentRow | null> {
-  const [row] = await tx<DocumentRow[]>`select * from documents where id = ${id} for update`
   return row ?? null
 }
 

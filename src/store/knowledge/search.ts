@@ -1,5 +1,6 @@
 import { Limiter } from '../../lib/limiter'
 import type { Pool, Sql } from '../db'
+import { efSearchFor, searchSession } from './search-session'
 import { EXACT_MAX, halfOf } from './vector-index'
 
 /** Search over the chunks of a base: vector (HNSW or exact) and full text, over both parts of the base. */
@@ -61,51 +62,12 @@ function sizeOf(sql: Sql, dims: number) {
 }
 
 /**
- * HNSW's candidate list (ef_search) searches start from, by default (KNOWLEDGE_EF_SEARCH sets it:
- * docs/knowledge.md, "Search"). Measured on a clustered corpus of 100 000 chunks (bench/README.md,
- * "Knowledge at scale"), 5 builds of the graph (m 12, ef_construction 128: vector-index.ts):
- * recall@10 at ef_search 40 ≥ 0.963 in each (median 0.974), and the 20 rows of a hybrid search's
- * list at 40 ≥ 0.962; 50 rows at 100 ≥ 0.996. A hybrid search (both lists 20 deep for top_k 10)
- * walks with 40 and stays on the search pool's session setting. Vectors that spread like noise
- * (local-embed's hashed words) find 0.85-0.89 at 40 and 0.94-0.97 at 80-100.
- */
-export const EF_SEARCH = 40
-
-/** The candidate list for a search of `limit` rows: at least `base` (the deployment's), and never less than twice the rows asked. */
-export const efSearchFor = (base: number, limit: number) => Math.min(1000, Math.max(base, limit * 2))
-
-/**
  * Full-text candidates read from the GIN index per list before ranking: enough for any top_k, few
  * enough that ranking them costs well under a millisecond (each rank reads the chunk's tsvector:
  * ~4 µs). The chunks holding every word of the query (the best matches) are taken first, then those
  * holding any of them. 100 of each instead of 200: ~15 % more searches a second at 100 000 chunks.
  */
 const FULLTEXT_POOL = 100
-
-/**
- * The settings a search runs under. Sequential scans and sorts are priced out: every list has an
- * index path, and the sorts that remain (ranking, the exact path's distance order, the merge) have
- * no alternative, so they stay. Without that, a base without statistics (PGlite never analyzes) was
- * answered with a scan of every chunk and a sort. The sorts' penalty makes the plan look expensive
- * enough for PostgreSQL's JIT compiler, which then spent a second compiling a statement that runs in
- * a millisecond: JIT is off. The plan is the prepared statement's generic one from the first
- * execution on (planning it took ~1.5 ms of a ~3 ms search at 100 000 chunks): every choice that
- * depends on the base's size is made at run time by the gates, not by the planner.
- *
- * In server mode these are the search pool's session settings, sent when each of its connections
- * starts (`Database.search`), so a search is one statement and one round trip; `hnsw.ef_search` is
- * set per search only when its list is longer than half the deployment's `ef` (`Database.efSearch`).
- * On the embedded database (one session shared with everything else) each search sets them for its
- * own transaction.
- */
-export const searchSession = (ef: number): Record<string, string> => ({
-  'hnsw.ef_search': String(ef),
-  'hnsw.iterative_scan': 'relaxed_order',
-  enable_seqscan: 'off',
-  enable_sort: 'off',
-  jit: 'off',
-  plan_cache_mode: 'force_generic_plan',
-})
 
 /**
  * Where a search runs: the pool, in server mode the search's own pool (`Database.search`), and the
@@ -176,30 +138,71 @@ export async function searchChunks(db: SearchPools, q: SearchQuery): Promise<{ v
 
 type Row = ChunkHit & { list: 'v' | 't' | 'f'; rank: number }
 
-function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText: boolean) {
+/**
+ * What every part of the statement is written with: the base's vector size as literals (sizeOf),
+ * the filters over each table's alias, and the query vector (null without one).
+ */
+function termsOf(tx: Sql, q: SearchQuery, wantVector: boolean) {
   const { type: vt, graph, queryHalf, dims } = sizeOf(tx, q.dims)
-  const fc = filterClause(tx, 'c', q.filters)
-  const fu = filterClause(tx, 'u', q.filters)
-  const fd = filterClause(tx, 'd', q.filters)
+  return {
+    vt,
+    graph,
+    queryHalf,
+    dims,
+    fc: filterClause(tx, 'c', q.filters),
+    fu: filterClause(tx, 'u', q.filters),
+    fd: filterClause(tx, 'd', q.filters),
+    vec: wantVector ? tx`(select v from qv)` : tx`null::${vt}`,
+  }
+}
+
+type Terms = ReturnType<typeof termsOf>
+type Fragment = ReturnType<typeof filterClause>
+
+// The document's name, one primary-key read per row (a join let the planner hash every document).
+const nameOf = (tx: Sql, alias: string) => tx.unsafe(`(select name from documents where id = ${alias}.document_id)`)
+
+function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText: boolean) {
+  const t = termsOf(tx, q, wantVector)
+  const { vt, dims, vec } = t
+  // The query vector is sent and parsed once (a CTE), not once per use; `h` is it as the graph holds
+  // its vectors (normalised, halfvec: vector-index.ts).
+  const parts: Fragment[] = wantVector ? [tx`qv as (select v, ${t.queryHalf} as h from (select ${q.vector}::${vt} as v) x)`, vectorList(tx, q, t)] : []
+  if (wantText) parts.push(textList(tx, q, t))
+  if (q.mode === 'hybrid' && q.fuse !== undefined) return fusedStatement(tx, q.fuse, t, parts, wantVector, wantText)
+  const name = (alias: string) => nameOf(tx, alias)
+  const vectorRows = tx`
+    select 'v' as list, v.id as chunk_id, v.document_id, ${name('v')} as document_name, v.content, v.metadata, v.distance, 0::real as rank
+    from v`
+  // A full-text hit's distance is computed for its similarity; one of another size (a base being
+  // re-embedded) has none to this query.
+  const textRows = tx`
+    select 't' as list, t.id as chunk_id, t.document_id, ${name('t')} as document_name, t.content, t.metadata,
+           case when t.dims = ${dims} and ${vec} is not null then t.embedding::${vt} <=> ${vec} else 'NaN'::float8 end as distance, t.rank
+    from t`
+  const select = wantVector && wantText ? tx`${vectorRows} union all ${textRows}` : wantVector ? vectorRows : textRows
+  return tx<Row[]>`
+    with ${parts.reduce((a, b) => tx`${a}, ${b}`)}
+    select * from (${select}) r
+    order by list desc, case when list = 'v' then distance end, rank desc, chunk_id`
+}
+
+/** The vector list `v`: the gate, the graph walk or the exact sort of the indexed part, the unindexed part, merged. */
+function vectorList(tx: Sql, q: SearchQuery, { vt, graph, dims, fc, fu, fd, vec }: Terms) {
   // The graph walk's filter, in a form the planner cannot estimate: it has no statistics for
   // `metadata @> …` and assumes 0.1 % of rows pass, which makes a walk look hopeless and a sort of
   // the metadata index's rows cheap. The walk only runs when the gate counted more than EXACT_MAX
   // matching chunks, which is when walking is right.
   const fw = Object.keys(q.filters).length > 0 ? tx`and (true ${fc}) is not false` : tx``
-  // The query vector is sent and parsed once (a CTE), not once per use; `h` is it as the graph holds
-  // its vectors (normalised, halfvec: vector-index.ts).
-  const vec = wantVector ? tx`(select v from qv)` : tx`null::${vt}`
-  const parts = wantVector ? [tx`qv as (select v, ${queryHalf} as h from (select ${q.vector}::${vt} as v) x)`] : []
-  if (wantVector) {
-    // The gate counts from the documents (a chunk's metadata is its document's), in document order,
-    // and stops as soon as the running count of searched chunks passes EXACT_MAX: a few rows of a
-    // base of large documents, at most EXACT_MAX + 1 of one of one-chunk documents.
-    // The walk goes through the graph's normalised halfvec copies (vector-index.ts), in their order; each row's
-    // distance is the stored vector's, and `v` orders by it, as it orders the exact parts.
-    // `walked` is exact-checked: a walk answering fewer rows than asked (a filter, or a base, that is
-    // a sliver of the index: the iterative scan gives up after hnsw.max_scan_tuples) is answered by
-    // the exact sort instead, so a search never answers fewer chunks than there are.
-    parts.push(tx`
+  // The gate counts from the documents (a chunk's metadata is its document's), in document order,
+  // and stops as soon as the running count of searched chunks passes EXACT_MAX: a few rows of a
+  // base of large documents, at most EXACT_MAX + 1 of one of one-chunk documents.
+  // The walk goes through the graph's normalised halfvec copies (vector-index.ts), in their order; each row's
+  // distance is the stored vector's, and `v` orders by it, as it orders the exact parts.
+  // `walked` is exact-checked: a walk answering fewer rows than asked (a filter, or a base, that is
+  // a sliver of the index: the iterative scan gives up after hnsw.max_scan_tuples) is answered by
+  // the exact sort instead, so a search never answers fewer chunks than there are.
+  return tx`
     gate as (
       select exists (
         select 1 from (
@@ -233,12 +236,14 @@ function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText:
       union all select * from pending
       order by distance, id
       limit ${q.limit}
-    )`)
-  }
-  if (wantText) {
-    // Ranked where the GIN index's candidates are read (their row is at hand there); only the
-    // `limit` best are read again, whole.
-    parts.push(tx`
+    )`
+}
+
+/** The full-text list `t`: the GIN index's candidates of both parts, ranked, the best read whole. */
+function textList(tx: Sql, q: SearchQuery, { fc, fu }: Terms) {
+  // Ranked where the GIN index's candidates are read (their row is at hand there); only the
+  // `limit` best are read again, whole.
+  return tx`
     q as (
       select plainto_tsquery('english', ${q.text}) as every,
              nullif(replace(plainto_tsquery('english', ${q.text})::text, ' & ', ' | '), '')::tsquery as any
@@ -258,30 +263,22 @@ function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText:
       select b.id, c.document_id, c.content, c.metadata, c.dims, c.embedding, b.rank from best b join chunks c on c.id = b.id where not b.pending
       union all
       select b.id, u.document_id, u.content, u.metadata, u.dims, u.embedding, b.rank from best b join chunks_unindexed u on u.id = b.id where b.pending
-    )`)
-  }
-  // The document's name, one primary-key read per row (a join let the planner hash every document).
-  const name = (alias: string) => tx.unsafe(`(select name from documents where id = ${alias}.document_id)`)
-  const vectorRows = tx`
-    select 'v' as list, v.id as chunk_id, v.document_id, ${name('v')} as document_name, v.content, v.metadata, v.distance, 0::real as rank
-    from v`
-  // A full-text hit's distance is computed for its similarity; one of another size (a base being
-  // re-embedded) has none to this query.
-  const textRows = tx`
-    select 't' as list, t.id as chunk_id, t.document_id, ${name('t')} as document_name, t.content, t.metadata,
-           case when t.dims = ${dims} and ${vec} is not null then t.embedding::${vt} <=> ${vec} else 'NaN'::float8 end as distance, t.rank
-    from t`
-  if (q.mode === 'hybrid' && q.fuse !== undefined) {
-    // The domain's reciprocal rank fusion (fuse in domain/knowledge/search.ts), here so that only the
-    // rows answered are read whole and sent (a hybrid search's lists are twice as deep as its
-    // answer): Σ 1 / (RRF_K + 1 + rank) over the two lists, in the same float8 operations and order,
-    // over what a chunk first in both would get; ties as there, by first appearance (the vector
-    // list's rank, then the full-text-only chunks in their list's order).
-    if (!Number.isInteger(q.fuse) || q.fuse < 1) throw new Error(`bad fuse ${q.fuse}`)
-    const k1 = tx.unsafe(String(RRF_K + 1))
-    parts.push(wantVector ? tx`vr as (select v.*, row_number() over (order by v.distance, v.id) - 1 as r from v)` : tx`vr as (select null::text as id, null::text as document_id, null::text as content, null::jsonb as metadata, null::float8 as distance, null::bigint as r where false)`)
-    parts.push(wantText ? tx`tr as (select t.*, row_number() over (order by t.rank desc, t.id) - 1 as r from t)` : tx`tr as (select null::text as id, null::text as document_id, null::text as content, null::jsonb as metadata, null::integer as dims, null::vector as embedding, null::bigint as r where false)`)
-    parts.push(tx`f as (
+    )`
+}
+
+/** The fused list `f` over `v` and `t` and the statement that answers it (a hybrid search with `fuse`). */
+function fusedStatement(tx: Sql, fuse: number, { vt, dims, vec }: Terms, parts: Fragment[], wantVector: boolean, wantText: boolean) {
+  const name = (alias: string) => nameOf(tx, alias)
+  // The domain's reciprocal rank fusion (fuse in domain/knowledge/search.ts), here so that only the
+  // rows answered are read whole and sent (a hybrid search's lists are twice as deep as its
+  // answer): Σ 1 / (RRF_K + 1 + rank) over the two lists, in the same float8 operations and order,
+  // over what a chunk first in both would get; ties as there, by first appearance (the vector
+  // list's rank, then the full-text-only chunks in their list's order).
+  if (!Number.isInteger(fuse) || fuse < 1) throw new Error(`bad fuse ${fuse}`)
+  const k1 = tx.unsafe(String(RRF_K + 1))
+  parts.push(wantVector ? tx`vr as (select v.*, row_number() over (order by v.distance, v.id) - 1 as r from v)` : tx`vr as (select null::text as id, null::text as document_id, null::text as content, null::jsonb as metadata, null::float8 as distance, null::bigint as r where false)`)
+  parts.push(wantText ? tx`tr as (select t.*, row_number() over (order by t.rank desc, t.id) - 1 as r from t)` : tx`tr as (select null::text as id, null::text as document_id, null::text as content, null::jsonb as metadata, null::integer as dims, null::vector as embedding, null::bigint as r where false)`)
+  parts.push(tx`f as (
       select coalesce(vr.id, tr.id) as id, coalesce(vr.document_id, tr.document_id) as document_id, coalesce(vr.content, tr.content) as content,
              coalesce(vr.metadata, tr.metadata) as metadata,
              case when vr.id is not null then vr.distance when tr.dims = ${dims} and ${vec} is not null then tr.embedding::${vt} <=> ${vec} else 'NaN'::float8 end as distance,
@@ -289,17 +286,11 @@ function searchStatement(tx: Sql, q: SearchQuery, wantVector: boolean, wantText:
              vr.id is null as text_only, coalesce(vr.r, tr.r) as r
       from vr full join tr on tr.id = vr.id
       order by 6 desc, 7, 8
-      limit ${q.fuse}
+      limit ${fuse}
     )`)
-    return tx<Row[]>`
+  return tx<Row[]>`
       with ${parts.reduce((a, b) => tx`${a}, ${b}`)}
       select 'f' as list, f.id as chunk_id, f.document_id, ${name('f')} as document_name, f.content, f.metadata, f.distance, f.score as rank
       from f
       order by f.score desc, f.text_only, f.r`
-  }
-  const select = wantVector && wantText ? tx`${vectorRows} union all ${textRows}` : wantVector ? vectorRows : textRows
-  return tx<Row[]>`
-    with ${parts.reduce((a, b) => tx`${a}, ${b}`)}
-    select * from (${select}) r
-    order by list desc, case when list = 'v' then distance end, rank desc, chunk_id`
 }

@@ -8,7 +8,7 @@ import type { Pool, Sql } from '../db'
  * clustered 100 000-chunk corpus (bench/README.md, "Knowledge at scale"), 5 builds each, against
  * pgvector's defaults (m 16, ef_construction 64): a graph built with the longer candidate list and
  * fewer neighbours per node is found as well with a much shorter search list (EF_SEARCH in
- * search.ts: recall@10 ≥ 0.963 at ef_search 40, where the defaults needed 100 for ≥ 0.955), and
+ * config.ts: recall@10 ≥ 0.963 at ef_search 40, where the defaults needed 100 for ≥ 0.955), and
  * each step of the walk reads fewer neighbours: a hybrid search's backend CPU ~20 % lower (1.73
  * instead of 2.16 ms). The build costs ~45 % more (23 s instead of 16 s at 100 000 chunks), an
  * insert into the graph ~30 % more (2.1 instead of 1.6 ms a chunk); the index is 100 MB instead of 112.

@@ -42,9 +42,9 @@ export const DOCX_MAX_UNPACKED_BYTES = 64 * 1024 * 1024
  * for 64 MiB: ~15 bytes of memory per byte of XML. A real document needs far less: Word writes
  * ~300 bytes of markup per paragraph and ~100 per run of formatting, so a 1 300-page novel (3 MB of
  * text, ~12 000 paragraphs) is ~8 MiB of XML. 16 MiB is twice that, and ~300 MB to read, under the
- * document worker's memory limit (src/domain/knowledge/sandbox.ts). The probe's 287 KB file that
- * inflates to 196 MB (it took the process to 14 GB under the old 256 MiB cap) is refused from its
- * zip directory in milliseconds.
+ * document process' memory limit (DEFAULT_SANDBOX_LIMITS in src/domain/knowledge/sandbox-protocol.ts).
+ * The probe's 287 KB file that inflates to 196 MB (it took the process to 14 GB under the old 256 MiB
+ * cap) is refused from its zip directory in milliseconds.
  */
 export const DOCX_MAX_XML_BYTES = 16 * 1024 * 1024
 const DOCX_MAX_ENTRIES = 10_000

@@ -43,33 +43,152 @@ export function renderRow(header: readonly string[] | null, cells: readonly stri
  * are one block each. The `<title>` becomes a level-1 heading when the page has no `<h1>`.
  */
 export function htmlToBlocks(html: string): Block[] {
-  const blocks: Block[] = []
-  let buf: string[] = []
-  let skip = 0
-  let inHead = false
-  let title: string[] | null = null
-  let inTitle = false
-  let headingLevel = 0
-  let pre = 0
-  const tables: Table[] = []
-  // Inside a <td>/<th> of the innermost table: blocks there are spaces, the row is the block.
-  let inCell = false
+  const reader = new PageReader()
+  const parser = new Parser(
+    {
+      onopentagname: (name) => reader.open(name),
+      onclosetag: (name) => reader.close(name),
+      ontext: (data) => reader.text(data),
+    },
+    { decodeEntities: true, lowerCaseTags: true },
+  )
+  parser.write(html)
+  parser.end()
+  return reader.end()
+}
 
-  function flush(): void {
-    const raw = buf.join('')
-    buf = []
+/** The blocks of one page as its tags and text stream by (htmlToBlocks). */
+class PageReader {
+  private readonly blocks: Block[] = []
+  private buf: string[] = []
+  private skip = 0
+  private inHead = false
+  private title: string[] | null = null
+  private inTitle = false
+  private headingLevel = 0
+  private pre = 0
+  private readonly tables: Table[] = []
+  // Inside a <td>/<th> of the innermost table: blocks there are spaces, the row is the block.
+  private inCell = false
+
+  text(data: string): void {
+    if (this.skip > 0) return
+    if (this.inTitle) this.title!.push(data)
+    else if (!this.inHead) this.buf.push(this.pre > 0 ? data : data.replace(/\s+/g, ' '))
+  }
+
+  open(name: string): void {
+    if (SKIP.has(name)) return void this.skip++
+    if (this.skip > 0) return
+    if (name === 'head') return void (this.inHead = true)
+    if (name === 'title' && this.title === null) {
+      this.title = []
+      this.inTitle = true
+      return
+    }
+    const level = HEADING.exec(name)?.[1]
+    if (this.inHead && (level || BLOCK.has(name) || name === 'table')) this.inHead = false
+    const t = this.tables.at(-1)
+    if (name === 'table') this.openTable()
+    else if (t && name === 'tr') {
+      this.endCell(t)
+      if (t.row) this.endRow(t)
+      t.row = []
+      t.rowAllTh = true
+    } else if (t && (name === 'td' || name === 'th')) {
+      this.endCell(t)
+      if (!t.row) {
+        t.row = []
+        t.rowAllTh = true
+      }
+      if (name === 'td') t.rowAllTh = false
+      this.buf = []
+      this.inCell = true
+    } else if (name === 'br') {
+      this.buf.push(this.headingLevel > 0 || this.inCell ? ' ' : '\n')
+    } else if (level && !this.inCell) {
+      this.flush()
+      this.headingLevel = Number(level)
+    } else if (BLOCK.has(name)) {
+      if (this.headingLevel > 0 || this.inCell) this.buf.push(' ')
+      else {
+        this.flush()
+        if (name === 'pre') this.pre++
+      }
+    }
+  }
+
+  close(name: string): void {
+    if (SKIP.has(name)) return void (this.skip > 0 && this.skip--)
+    if (this.skip > 0) return
+    if (name === 'head') return void (this.inHead = false)
+    if (name === 'title' && this.inTitle) return void (this.inTitle = false)
+    const t = this.tables.at(-1)
+    if (name === 'table' && t) this.closeTable(t)
+    else if (t && name === 'tr') {
+      this.endCell(t)
+      this.endRow(t)
+    } else if (t && (name === 'td' || name === 'th')) {
+      this.endCell(t)
+    } else if (this.headingLevel > 0 && HEADING.test(name)) {
+      const text = collapse(this.buf.join(''))
+      this.buf = []
+      if (text !== '') this.blocks.push(heading(text, this.headingLevel))
+      this.headingLevel = 0
+    } else if (BLOCK.has(name)) {
+      if (this.headingLevel > 0 || this.inCell) this.buf.push(' ')
+      else {
+        this.flush()
+        if (name === 'pre' && this.pre > 0) this.pre--
+      }
+    }
+  }
+
+  /** The page's blocks, its title first when it has no level-1 heading. */
+  end(): Block[] {
+    this.flush()
+    const titleText = this.title ? collapse(this.title.join('')) : ''
+    if (titleText !== '' && !this.blocks.some((b) => b.kind === 'heading' && b.level === 1)) this.blocks.unshift(heading(titleText, 1))
+    return nonEmpty(this.blocks)
+  }
+
+  private flush(): void {
+    const raw = this.buf.join('')
+    this.buf = []
     const text =
-      pre > 0
+      this.pre > 0
         ? raw.replace(/^\n/, '').trimEnd()
         : raw
             .split('\n')
             .map((line) => line.replace(/ {2,}/g, ' ').trim())
             .filter((line) => line !== '')
             .join('\n')
-    if (text !== '') blocks.push({ kind: 'text', text })
+    if (text !== '') this.blocks.push({ kind: 'text', text })
   }
 
-  function endRow(t: Table): void {
+  private openTable(): void {
+    let outerCell: string[] | null = null
+    if (this.inCell) {
+      outerCell = this.buf
+      this.buf = []
+      this.inCell = false
+    } else this.flush()
+    this.tables.push({ header: null, row: null, rowAllTh: true, rows: 0, outerCell })
+  }
+
+  private closeTable(t: Table): void {
+    this.endCell(t)
+    this.endRow(t)
+    // A table that is only a header row: its header is all the content it has.
+    if (t.rows === 0 && t.header) this.blocks.push({ kind: 'text', text: renderRow(null, t.header) })
+    this.tables.pop()
+    if (t.outerCell) {
+      this.buf = t.outerCell
+      this.inCell = true
+    }
+  }
+
+  private endRow(t: Table): void {
     const cells = t.row
     t.row = null
     if (!cells || cells.every((c) => c === '')) return
@@ -78,118 +197,15 @@ export function htmlToBlocks(html: string): Block[] {
       return
     }
     t.rows++
-    blocks.push({ kind: 'text', text: renderRow(t.header, cells) })
+    this.blocks.push({ kind: 'text', text: renderRow(t.header, cells) })
   }
 
-  function endCell(t: Table): void {
-    if (!inCell) return
-    t.row!.push(collapse(buf.join('')))
-    buf = []
-    inCell = false
+  private endCell(t: Table): void {
+    if (!this.inCell) return
+    t.row!.push(collapse(this.buf.join('')))
+    this.buf = []
+    this.inCell = false
   }
-
-  function open(name: string): void {
-    if (SKIP.has(name)) return void skip++
-    if (skip > 0) return
-    if (name === 'head') return void (inHead = true)
-    if (name === 'title' && title === null) {
-      title = []
-      inTitle = true
-      return
-    }
-    const level = HEADING.exec(name)?.[1]
-    if (inHead && (level || BLOCK.has(name) || name === 'table')) inHead = false
-    const t = tables.at(-1)
-    if (name === 'table') {
-      let outerCell: string[] | null = null
-      if (inCell) {
-        outerCell = buf
-        buf = []
-        inCell = false
-      } else flush()
-      tables.push({ header: null, row: null, rowAllTh: true, rows: 0, outerCell })
-    } else if (t && name === 'tr') {
-      endCell(t)
-      if (t.row) endRow(t)
-      t.row = []
-      t.rowAllTh = true
-    } else if (t && (name === 'td' || name === 'th')) {
-      endCell(t)
-      if (!t.row) {
-        t.row = []
-        t.rowAllTh = true
-      }
-      if (name === 'td') t.rowAllTh = false
-      buf = []
-      inCell = true
-    } else if (name === 'br') {
-      buf.push(headingLevel > 0 || inCell ? ' ' : '\n')
-    } else if (level && !inCell) {
-      flush()
-      headingLevel = Number(level)
-    } else if (BLOCK.has(name)) {
-      if (headingLevel > 0 || inCell) buf.push(' ')
-      else {
-        flush()
-        if (name === 'pre') pre++
-      }
-    }
-  }
-
-  function close(name: string): void {
-    if (SKIP.has(name)) return void (skip > 0 && skip--)
-    if (skip > 0) return
-    if (name === 'head') return void (inHead = false)
-    if (name === 'title' && inTitle) return void (inTitle = false)
-    const t = tables.at(-1)
-    if (name === 'table' && t) {
-      endCell(t)
-      endRow(t)
-      // A table that is only a header row: its header is all the content it has.
-      if (t.rows === 0 && t.header) blocks.push({ kind: 'text', text: renderRow(null, t.header) })
-      tables.pop()
-      if (t.outerCell) {
-        buf = t.outerCell
-        inCell = true
-      }
-    } else if (t && name === 'tr') {
-      endCell(t)
-      endRow(t)
-    } else if (t && (name === 'td' || name === 'th')) {
-      endCell(t)
-    } else if (headingLevel > 0 && HEADING.test(name)) {
-      const text = collapse(buf.join(''))
-      buf = []
-      if (text !== '') blocks.push(heading(text, headingLevel))
-      headingLevel = 0
-    } else if (BLOCK.has(name)) {
-      if (headingLevel > 0 || inCell) buf.push(' ')
-      else {
-        flush()
-        if (name === 'pre' && pre > 0) pre--
-      }
-    }
-  }
-
-  const parser = new Parser(
-    {
-      onopentagname: open,
-      onclosetag: close,
-      ontext(data) {
-        if (skip > 0) return
-        if (inTitle) title!.push(data)
-        else if (!inHead) buf.push(pre > 0 ? data : data.replace(/\s+/g, ' '))
-      },
-    },
-    { decodeEntities: true, lowerCaseTags: true },
-  )
-  parser.write(html)
-  parser.end()
-  flush()
-
-  const titleText = title ? collapse((title as string[]).join('')) : ''
-  if (titleText !== '' && !blocks.some((b) => b.kind === 'heading' && b.level === 1)) blocks.unshift(heading(titleText, 1))
-  return nonEmpty(blocks)
 }
 
 export function parseHtml(bytes: Uint8Array): Block[] {
