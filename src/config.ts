@@ -219,10 +219,8 @@ const SECRETS = new Set(['OTEL_EXPORTER_OTLP_HEADERS', 'S3_SECRET_ACCESS_KEY', '
  */
 export const EF_SEARCH = 40
 
-/** The search pool's default size: half the main pool's, at least 2 (store/db.ts). */
-export const searchPoolDefault = (poolMax: number) => Math.max(2, Math.ceil(poolMax / 2))
-
-export function loadConfig(source: Record<string, string | undefined> = process.env): Config {
+/** The variables this service reads, set and non-empty, each checked against its schema (the first bad one refused). */
+function checkedEnv(source: Record<string, string | undefined>): Env {
   const raw: Record<string, string> = {}
   for (const key of Object.keys(Env.properties)) {
     const value = source[key]
@@ -235,7 +233,14 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     const shown = SECRETS.has(variable) ? '[redacted]' : JSON.stringify(raw[variable])
     throw new ConfigError(variable, `is invalid (${shown}): ${first.message}`)
   }
-  const env = raw as Env
+  return raw as Env
+}
+
+/** The search pool's default size: half the main pool's, at least 2 (store/db.ts). */
+export const searchPoolDefault = (poolMax: number) => Math.max(2, Math.ceil(poolMax / 2))
+
+export function loadConfig(source: Record<string, string | undefined> = process.env): Config {
+  const env = checkedEnv(source)
   const int = (name: keyof Env, fallback: number, min = 0, max = Number.MAX_SAFE_INTEGER) => {
     const v = env[name]
     if (v === undefined) return fallback
