@@ -1,6 +1,7 @@
 import { notFound } from '../lib/errors'
 import type { ListQuery } from '../lib/lists'
 import type { Sql, Tx } from './db'
+import { jsonb } from './db'
 import { insertKeyed, type WriteKey } from './idempotent-writes'
 import { inWorkspaces, listClauses, type WorkspaceScope } from './lists'
 
@@ -72,7 +73,7 @@ export interface MessageRow {
 export async function insertAgent(tx: Sql, a: AgentFields & Pick<AgentRow, 'id' | 'workspace_id' | 'created_by'>, key?: WriteKey): Promise<AgentRow> {
   const [row] = await insertKeyed(tx, key, 'agent', tx<AgentRow[]>`
     insert into agents (id, workspace_id, name, type, model, instructions, tools, knowledge_base_ids, workflow_id, status, created_by)
-    values (${a.id}, ${a.workspace_id}, ${a.name}, ${a.type}, ${a.model}, ${a.instructions}, ${tx.json(a.tools as never)},
+    values (${a.id}, ${a.workspace_id}, ${a.name}, ${a.type}, ${a.model}, ${a.instructions}, ${jsonb(tx, a.tools)},
             ${a.knowledge_base_ids}, ${a.workflow_id}, ${a.status}, ${a.created_by})
     returning *`)
   return row!
@@ -93,7 +94,7 @@ export async function lockAgent(tx: Tx, id: string): Promise<AgentRow> {
 export async function updateAgent(tx: Tx, id: string, a: AgentFields): Promise<AgentRow> {
   const [row] = await tx<AgentRow[]>`
     update agents set name = ${a.name}, type = ${a.type}, model = ${a.model}, instructions = ${a.instructions},
-      tools = ${tx.json(a.tools as never)}, knowledge_base_ids = ${a.knowledge_base_ids}, workflow_id = ${a.workflow_id},
+      tools = ${jsonb(tx, a.tools)}, knowledge_base_ids = ${a.knowledge_base_ids}, workflow_id = ${a.workflow_id},
       status = ${a.status}, version = version + 1, updated_at = now()
     where id = ${id}
     returning *`
@@ -162,7 +163,7 @@ export async function appendMessages(tx: Sql, conversationId: string, messages: 
     insert into messages (id, conversation_id, role, content, agent_version, tool_calls, usage, finish_reason, run_id, request_id, created_at)
     select r.id, u.id, r.role, r.content, r.agent_version, r.tool_calls, r.usage, r.finish_reason, r.run_id, r.request_id,
            greatest(date_trunc('milliseconds', now()), l.at + interval '1 millisecond') + (r.n - 1) * interval '1 millisecond'
-    from u, l, rows from (jsonb_to_recordset(${tx.json(rows as never)}) as (id text, role text, content text, agent_version int, tool_calls jsonb, usage jsonb, finish_reason text, run_id text, request_id text))
+    from u, l, rows from (jsonb_to_recordset(${jsonb(tx, rows)}) as (id text, role text, content text, agent_version int, tool_calls jsonb, usage jsonb, finish_reason text, run_id text, request_id text))
       with ordinality as r(id, role, content, agent_version, tool_calls, usage, finish_reason, run_id, request_id, n)
     returning *`
 }

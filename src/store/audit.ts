@@ -1,5 +1,6 @@
 import type { ListQuery } from '../lib/lists'
 import type { Sql } from './db'
+import { jsonb } from './db'
 import { listClauses } from './lists'
 
 export interface AuditRow {
@@ -20,7 +21,7 @@ export interface AuditRow {
 export async function insertAudit(sql: Sql, row: Omit<AuditRow, 'created_at'>): Promise<void> {
   await sql`
     insert into audit_log (id, workspace_id, user_id, api_key_id, issued_by, action, resource_id, params, status, request_id)
-    values (${row.id}, ${row.workspace_id}, ${row.user_id}, ${row.api_key_id}, ${row.issued_by}, ${row.action}, ${row.resource_id}, ${sql.json(row.params)}, ${row.status}, ${row.request_id})`
+    values (${row.id}, ${row.workspace_id}, ${row.user_id}, ${row.api_key_id}, ${row.issued_by}, ${row.action}, ${row.resource_id}, ${jsonb(sql, row.params)}, ${row.status}, ${row.request_id})`
 }
 
 export async function listAudit(sql: Sql, workspaceId: string, q: ListQuery): Promise<AuditRow[]> {

@@ -13,6 +13,13 @@ export type Tx = postgres.TransactionSql
 /** The pool itself: what can begin a transaction. */
 export type Pool = postgres.Sql
 
+/**
+ * `value` as a jsonb parameter. postgres.js types `json()` for its own JSON value type, which the
+ * service's row interfaces (no index signature) do not match: this is the one place that says they
+ * are JSON, instead of a cast at every call.
+ */
+export const jsonb = (sql: Sql, value: unknown) => sql.json(value as postgres.JSONValue)
+
 export interface Database {
   sql: postgres.Sql
   /**

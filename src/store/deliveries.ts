@@ -4,6 +4,7 @@ import type { ListQuery } from '../lib/lists'
 import { DELIVERY_MACHINE_VERSION, type DeliveryContext, type DeliveryStatus } from '../machines/webhook-delivery.machine'
 import type { Persisted } from '../machines/runner'
 import type { Sql, Tx } from './db'
+import { jsonb } from './db'
 import { listClauses } from './lists'
 import { traceContext, type TraceCarrier } from '../lib/tracing'
 
@@ -49,7 +50,7 @@ export async function insertDeliveries(tx: Tx, rows: NewDelivery[]): Promise<{ i
   const active = traceContext()
   const values = rows.map((r) => {
     const trace = r.trace_context === undefined ? active : r.trace_context
-    return { ...r, data: tx.json(r.data as never), snapshot: tx.json(r.snapshot as never), trace_context: trace ? tx.json(trace as never) : null }
+    return { ...r, data: jsonb(tx, r.data), snapshot: jsonb(tx, r.snapshot), trace_context: trace ? jsonb(tx, trace) : null }
   })
   return tx`
     insert into webhook_deliveries ${tx(values, 'id', 'webhook_id', 'event_id', 'event_type', 'data', 'status', 'snapshot', 'machine_version', 'next_attempt_at', 'trace_context')}

@@ -1,6 +1,7 @@
 import { idFloor, newId } from '../lib/ids'
 import type { Fragment } from 'postgres'
 import type { Sql, Tx } from './db'
+import { jsonb } from './db'
 import { traceJson, type TraceCarrier } from './trace-context'
 
 export interface EventRow {
@@ -23,7 +24,7 @@ export interface EventRow {
 export async function emit(tx: Tx | Sql, workspaceId: string | null, type: string, data: Record<string, unknown>): Promise<EventRow> {
   const [row] = await tx<EventRow[]>`
     insert into events (id, workspace_id, type, data, created_at, trace_context)
-    values (${newId('evt')}, ${workspaceId}, ${type}, ${tx.json(data as never)}, clock_timestamp(), ${traceJson(tx)})
+    values (${newId('evt')}, ${workspaceId}, ${type}, ${jsonb(tx, data)}, clock_timestamp(), ${traceJson(tx)})
     returning *`
   return row!
 }
@@ -36,7 +37,7 @@ export async function emit(tx: Tx | Sql, workspaceId: string | null, type: strin
 export function outboxCte(sql: Sql, type: string, data: Record<string, unknown>, extra: Fragment = sql`'{}'::jsonb`, name = 'o'): Fragment {
   return sql`, ${sql(name)} as (
     insert into events (id, workspace_id, type, data, created_at, trace_context)
-    select ${newId('evt')}, u.workspace_id, ${type}, ${sql.json(data as never)}::jsonb || ${extra}, clock_timestamp(), ${traceJson(sql)}::jsonb
+    select ${newId('evt')}, u.workspace_id, ${type}, ${jsonb(sql, data)}::jsonb || ${extra}, clock_timestamp(), ${traceJson(sql)}::jsonb
     from u)`
 }
 

@@ -1,6 +1,7 @@
 import { notFound } from '../lib/errors'
 import type { ListQuery } from '../lib/lists'
 import type { Sql, Tx } from './db'
+import { jsonb } from './db'
 import { listClauses } from './lists'
 
 export type TriggerType = 'schedule' | 'webhook'
@@ -32,7 +33,7 @@ export async function insertTrigger(
   const [row] = await tx<TriggerRow[]>`
     insert into triggers (id, workflow_id, workspace_id, type, enabled, cron, timezone, inputs, secret_encrypted, hook_token, next_run_at, created_by)
     values (${t.id}, ${t.workflow_id}, ${t.workspace_id}, ${t.type}, ${t.enabled}, ${t.cron}, ${t.timezone},
-            ${tx.json(t.inputs as never)}, ${t.secret_encrypted}, ${t.hook_token}, ${t.next_run_at}, ${t.created_by})
+            ${jsonb(tx, t.inputs)}, ${t.secret_encrypted}, ${t.hook_token}, ${t.next_run_at}, ${t.created_by})
     returning *`
   return row!
 }
@@ -72,7 +73,7 @@ export async function updateTrigger(tx: Tx, id: string, p: TriggerPatch): Promis
       enabled = coalesce(${p.enabled ?? null}::boolean, enabled),
       cron = coalesce(${p.cron ?? null}, cron),
       timezone = coalesce(${p.timezone ?? null}, timezone),
-      inputs = coalesce(${p.inputs === undefined ? null : tx.json(p.inputs as never)}::jsonb, inputs),
+      inputs = coalesce(${p.inputs === undefined ? null : jsonb(tx, p.inputs)}::jsonb, inputs),
       secret_encrypted = case when ${p.secretEncrypted !== undefined} then ${p.secretEncrypted ?? null} else secret_encrypted end,
       next_run_at = case when ${p.nextRunAt !== undefined} then ${p.nextRunAt ?? null}::timestamptz else next_run_at end,
       updated_at = now()
@@ -152,7 +153,7 @@ export async function insertTicks(tx: Tx, ticks: Tick[]): Promise<Tick[]> {
   const rows = ticks.map((t) => ({ trigger_id: t.trigger_id, tick_at: t.tick_at.toISOString(), run_id: t.run_id }))
   return tx<Tick[]>`
     insert into trigger_ticks (trigger_id, tick_at, run_id)
-    select trigger_id, tick_at, run_id from jsonb_to_recordset(${tx.json(rows as never)}) as r(trigger_id text, tick_at timestamptz, run_id text)
+    select trigger_id, tick_at, run_id from jsonb_to_recordset(${jsonb(tx, rows)}) as r(trigger_id text, tick_at timestamptz, run_id text)
     on conflict do nothing
     returning trigger_id, tick_at, run_id`
 }
@@ -166,7 +167,7 @@ export async function advanceSchedules(tx: Tx, items: { id: string; next_run_at:
       next_run_at = r.next_run_at,
       last_run_at = case when r.run_id is null then t.last_run_at else now() end,
       last_run_id = coalesce(r.run_id, t.last_run_id)
-    from jsonb_to_recordset(${tx.json(rows as never)}) as r(id text, next_run_at timestamptz, run_id text)
+    from jsonb_to_recordset(${jsonb(tx, rows)}) as r(id text, next_run_at timestamptz, run_id text)
     where t.id = r.id`
 }
 

@@ -1,5 +1,6 @@
 import type { ListQuery } from '../../lib/lists'
 import type { Pool, Sql, Tx } from '../db'
+import { jsonb } from '../db'
 import { insertKeyed, type WriteKey } from '../idempotent-writes'
 import { inWorkspaces, listClauses, type WorkspaceScope } from '../lists'
 import { accessAndBudgetOf, accessBudgetColumns, accessBudgetJoins, type AccessAndBudget, type AccessBudgetColumns } from '../credits'
@@ -31,7 +32,7 @@ export interface KnowledgeBaseRow {
 export async function insertKnowledgeBase(sql: Sql, kb: Omit<KnowledgeBaseRow, 'created_at' | 'updated_at'>, key?: WriteKey): Promise<KnowledgeBaseRow> {
   const [row] = await insertKeyed(sql, key, 'knowledge_base', sql<KnowledgeBaseRow[]>`
     insert into knowledge_bases (id, workspace_id, name, description, embedding_model, dimensions, chunking, retrieval_mode, rerank_model, created_by)
-    values (${kb.id}, ${kb.workspace_id}, ${kb.name}, ${kb.description}, ${kb.embedding_model}, ${kb.dimensions}, ${sql.json(kb.chunking as never)},
+    values (${kb.id}, ${kb.workspace_id}, ${kb.name}, ${kb.description}, ${kb.embedding_model}, ${kb.dimensions}, ${jsonb(sql, kb.chunking)},
             ${kb.retrieval_mode}, ${kb.rerank_model}, ${kb.created_by})
     returning *`)
   return row!
@@ -74,7 +75,7 @@ export async function updateKnowledgeBase(tx: Sql, id: string, p: KnowledgeBaseP
       description = ${p.description ?? tx`description`},
       embedding_model = ${p.embedding_model ?? tx`embedding_model`},
       dimensions = ${p.dimensions ?? tx`dimensions`},
-      chunking = ${p.chunking ? tx.json(p.chunking as never) : tx`chunking`},
+      chunking = ${p.chunking ? jsonb(tx, p.chunking) : tx`chunking`},
       retrieval_mode = ${p.retrieval_mode ?? tx`retrieval_mode`},
       rerank_model = ${p.rerank_model ?? tx`rerank_model`},
       updated_at = now()

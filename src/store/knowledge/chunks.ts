@@ -1,5 +1,6 @@
 import { newId } from '../../lib/ids'
 import type { Pool, Sql } from '../db'
+import { jsonb } from '../db'
 import { vectorText } from '../vector-text'
 
 /** Chunks: written by the lease holder of their document's generation. */
@@ -51,8 +52,8 @@ export async function insertChunks(
     ), i as (
       insert into chunks_unindexed (id, knowledge_base_id, document_id, generation, position, content, heading_path, tokens, metadata, dims, embedding)
       select r.id, ${doc.knowledge_base_id}, g.id, ${doc.generation}, r.position, r.content, r.heading_path::text[], r.tokens,
-             ${sql.json(doc.metadata as never)}, ${dims}, r.embedding::vector
-      from g, jsonb_to_recordset(${sql.json(rows as never)}) as r(id text, position int, content text, heading_path text, tokens int, embedding text)
+             ${jsonb(sql, doc.metadata)}, ${dims}, r.embedding::vector
+      from g, jsonb_to_recordset(${jsonb(sql, rows)}) as r(id text, position int, content text, heading_path text, tokens int, embedding text)
       on conflict (document_id, generation, position) do nothing
       returning 1
     )

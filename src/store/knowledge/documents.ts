@@ -2,6 +2,7 @@ import type { ListQuery } from '../../lib/lists'
 import { DOCUMENT_MACHINE_VERSION, type DocumentContext, type DocumentStatus } from '../../machines/document.machine'
 import type { Persisted } from '../../machines/runner'
 import type { Sql } from '../db'
+import { jsonb } from '../db'
 import type { LeaseTable } from '../leases'
 import { listClauses } from '../lists'
 import { writeRowTransition } from '../transitions'
@@ -48,7 +49,7 @@ export async function insertDocument(
   const [row] = await insertKeyed(sql, key, 'document', sql<DocumentRow[]>`
     insert into documents (id, knowledge_base_id, workspace_id, name, doc_type, "group", size_bytes, sha256, metadata, status, snapshot, machine_version, created_by, trace_context)
     values (${d.id}, ${d.knowledge_base_id}, ${d.workspace_id}, ${d.name}, ${d.doc_type}, ${d.group}, ${d.size_bytes}, ${d.sha256},
-            ${sql.json(d.metadata as never)}, ${d.status}, ${sql.json(d.snapshot as never)}, ${d.machine_version}, ${d.created_by}, ${traceJson(sql)})
+            ${jsonb(sql, d.metadata)}, ${d.status}, ${jsonb(sql, d.snapshot)}, ${d.machine_version}, ${d.created_by}, ${traceJson(sql)})
     returning *`)
   return row!
 }
@@ -142,9 +143,9 @@ export async function writeDocumentTransition(sql: Sql, guard: DocumentGuard, w:
   const settled = w.status === 'ready' || w.status === 'failed'
   const set = sql`
       status = ${w.status},
-      snapshot = ${sql.json(w.snapshot as never)},
+      snapshot = ${jsonb(sql, w.snapshot)},
       generation = ${w.generation},
-      error = ${w.error === undefined ? sql`error` : sql.json(w.error as never)},
+      error = ${w.error === undefined ? sql`error` : jsonb(sql, w.error)},
       live_generation = ${w.ready ? w.generation : sql`live_generation`},
       chunks_count = ${w.ready ? w.ready.chunks : sql`chunks_count`},
       indexed_at = ${w.ready ? sql`now()` : sql`indexed_at`},

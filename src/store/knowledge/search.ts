@@ -1,5 +1,6 @@
 import { Limiter } from '../../lib/limiter'
 import type { Pool, Sql } from '../db'
+import { jsonb } from '../db'
 import { efSearchFor, searchSession } from './search-session'
 import { EXACT_MAX, halfOf } from './vector-index'
 
@@ -45,7 +46,7 @@ export const RRF_K = 60
 function filterClause(sql: Sql, alias: string, filters: Record<string, unknown>) {
   const column = sql.unsafe(`${alias}.metadata`)
   return Object.entries(filters).reduce((acc, [key, value]) => {
-    const alternatives = (Array.isArray(value) ? value : [value]).map((v) => sql`${column} @> ${sql.json({ [key]: v } as never)}`)
+    const alternatives = (Array.isArray(value) ? value : [value]).map((v) => sql`${column} @> ${jsonb(sql, { [key]: v })}`)
     return sql`${acc} and (${alternatives.reduce((a, b) => sql`${a} or ${b}`)})`
   }, sql``)
 }
