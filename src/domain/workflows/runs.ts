@@ -8,7 +8,7 @@ import type { WriteKey } from '../../store/idempotent-writes'
 import * as runs from '../../store/runs'
 import { onlyUserOf, type Caller } from '../access'
 import { listScope, loadOwned, loadOwnedWithRole } from '../workspaces'
-import { validateInputs } from './graph'
+import { storedGraph, validateInputs } from './graph'
 import { loadWorkflow } from './service'
 import { findWorkflow, getWorkflowVersion, type WorkflowRow } from '../../store/workflows'
 import type { Graph } from './types'
@@ -163,7 +163,7 @@ const UNFINISHED = new Set(['running', 'waiting', 'retrying'])
  * `cancelled`, and nothing shows an `until`.
  */
 export async function runNodes(deps: Deps, run: runs.RunRow): Promise<{ graph: Graph; nodes: NodeView[] }> {
-  const graph = await getWorkflowVersion(deps.db.sql, run.workflow_id, run.workflow_version)
+  const graph = storedGraph(await getWorkflowVersion(deps.db.sql, run.workflow_id, run.workflow_version))
   const progress = loadRow(runDefinition, run).snapshot.context.progress
   const cancelled = run.status === 'cancelled'
   const nodes = graph.nodes.map((n): NodeView => {

@@ -3,6 +3,7 @@ import { activeContext, contextFrom, tracingOn, withSpan, type Context, type Spa
 import type { RunRow } from '../../../store/runs'
 import { getWorkflowVersion } from '../../../store/workflows'
 import { childPort } from '../children'
+import { storedGraph } from '../graph'
 import { RunNotRunning } from '../transitions'
 import type { ChildPort, Graph, GraphNode } from '../types'
 import { runAttempt } from './attempt'
@@ -82,7 +83,7 @@ async function graphOf(deps: Deps, holder: RunHolder, run: RunRow): Promise<Grap
   const key = `${run.workflow_id}@${run.workflow_version}`
   let g = holder.graphs.get(key)
   if (!g) {
-    g = await getWorkflowVersion(deps.db.sql, run.workflow_id, run.workflow_version)
+    g = storedGraph(await getWorkflowVersion(deps.db.sql, run.workflow_id, run.workflow_version))
     if (holder.graphs.size > 1000) holder.graphs.clear()
     holder.graphs.set(key, g)
   }
