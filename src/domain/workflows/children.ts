@@ -1,12 +1,10 @@
 import type { Deps } from '../../deps'
-import { newId } from '../../lib/ids'
-import { start } from '../../machines/runner'
-import { RUN_MACHINE_VERSION, runMachine } from '../../machines/workflow-run.machine'
 import * as runs from '../../store/runs'
 import { findWorkflow, type WorkflowRow } from '../../store/workflows'
 import { abortedError } from './nodes/common'
 import { validateInputs } from './graph'
 import { cancelTrees } from './cancel'
+import { newRun } from './new-run'
 import { childrenChannel } from './transitions'
 import { NodeError, type ChildEnd, type ChildPort, type GraphNode } from './types'
 
@@ -130,15 +128,7 @@ async function childLimit(deps: Deps, workspaceId: string, running: number, conc
 
 function startChild(deps: Deps, parent: runs.RunRow, node: GraphNode, wf: WorkflowRow, inputs: Record<string, unknown>, index: number | null) {
   return runs.insertChildRun(deps.db.sql, {
-    id: newId('run'),
-    workflow_id: wf.id,
-    workflow_version: wf.version,
-    workspace_id: wf.workspace_id,
-    user_id: parent.user_id,
-    inputs,
-    snapshot: start(runMachine, undefined as never).persisted as runs.RunRow['snapshot'],
-    machine_version: RUN_MACHINE_VERSION,
-    request_id: parent.request_id,
+    ...newRun({ workflow_id: wf.id, workflow_version: wf.version, workspace_id: wf.workspace_id, user_id: parent.user_id, inputs, request_id: parent.request_id }),
     parent_run_id: parent.id,
     parent_node: node.id,
     item_index: index,

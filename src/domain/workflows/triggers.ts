@@ -5,17 +5,16 @@ import { AppError, invalid } from '../../lib/errors'
 import { newId, randomBase62 } from '../../lib/ids'
 import type { ListQuery } from '../../lib/lists'
 import { serviceSignature, standardSignature } from '../../lib/signing'
-import { start } from '../../machines/runner'
-import { RUN_MACHINE_VERSION, runMachine } from '../../machines/workflow-run.machine'
 import type { Tx } from '../../store/db'
 import { recorded, type WriteKey } from '../../store/idempotent-writes'
-import { insertRuns, type RunRow } from '../../store/runs'
+import { insertRuns, type NewRun, type RunRow } from '../../store/runs'
 import * as store from '../../store/triggers'
 import { findWorkflow } from '../../store/workflows'
 import type { Action, Caller } from '../access'
 import { loadOwned } from '../workspaces'
 import { validateInputs } from './graph'
 import { startRun } from './runs'
+import { newRun } from './new-run'
 import { loadWorkflow } from './service'
 import { compileTemplate, render } from './templates'
 import type { Graph } from './types'
@@ -365,9 +364,7 @@ export async function fireDueSchedules(deps: Pick<Deps, 'db' | 'log'>, limit: nu
     const due = await store.claimDueSchedules(tx, limit)
     if (due.length === 0) return { claimed: 0, started: [] }
     const now = new Date()
-    // Every run starts from the same initial snapshot: made once per round, not once per run.
-    const snapshot = start(runMachine, undefined as never).persisted as RunRow['snapshot']
-    const runs = new Map<string, Parameters<typeof insertRuns>[1][number]>()
+    const runs = new Map<string, NewRun>()
     const ticks: store.Tick[] = []
     for (const s of due) {
       let runId: string | null = null
@@ -378,8 +375,9 @@ export async function fireDueSchedules(deps: Pick<Deps, 'db' | 'log'>, limit: nu
       }
       try {
         const inputs = validateInputs(s.graph as Graph, s.inputs)
-        runId = newId('run')
-        runs.set(s.id, newRunRow(runId, s, inputs, snapshot))
+        const run = newRun({ workflow_id: s.workflow_id, workflow_version: s.workflow_version, workspace_id: s.workspace_id, user_id: `schedule:${s.id}`, inputs, request_id: null })
+        runId = run.id
+        runs.set(s.id, run)
       } catch (err) {
         if (!(err instanceof AppError)) throw err
         deps.log.warn({ trigger_id: s.id, tick_at: s.next_run_at, err: err.message }, 'schedule tick started no run: its inputs no longer fit the workflow')
@@ -393,20 +391,6 @@ export async function fireDueSchedules(deps: Pick<Deps, 'db' | 'log'>, limit: nu
     await advanceSchedules(tx, due, startedBy, now)
     return { claimed: due.length, started: [...startedBy.values()] }
   })
-}
-
-function newRunRow(id: string, s: store.DueSchedule, inputs: Record<string, unknown>, snapshot: RunRow['snapshot']): Parameters<typeof insertRuns>[1][number] {
-  return {
-    id,
-    workflow_id: s.workflow_id,
-    workflow_version: s.workflow_version,
-    workspace_id: s.workspace_id,
-    user_id: `schedule:${s.id}`,
-    inputs,
-    snapshot,
-    machine_version: RUN_MACHINE_VERSION,
-    request_id: null,
-  }
 }
 
 async function advanceSchedules(tx: Tx, due: store.DueSchedule[], startedBy: Map<string, string>, now: Date) {
