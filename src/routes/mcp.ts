@@ -91,7 +91,7 @@ const TOOLS: readonly McpTool[] = [
       const { deps, caller } = ctx
       const page =
         args.type === 'agents' ? toPage(await agents.listAgents(deps, caller, workspaceId, q), q, toAgent)
-        : args.type === 'workflows' ? toPage(await workflows.listWorkflows(deps.db.sql, caller, workspaceId, q), q, toWorkflow)
+        : args.type === 'workflows' ? toPage(await workflows.listWorkflows(deps, caller, workspaceId, q), q, toWorkflow)
         : toPage(await bases.listKnowledgeBases(deps, caller, workspaceId, q), q, toKnowledgeBase)
       return { data: { type: args.type, ...page } }
     },

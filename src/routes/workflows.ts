@@ -16,13 +16,12 @@ const workflowList: ListSpec = {
 const tags = ['workflows']
 
 export function workflowRoutes(deps: Deps) {
-  const sql = deps.db.sql
   return new Elysia({ name: 'routes.workflows' })
     .use(authenticated(deps))
     .post('/workflows', async ({ caller, requestId, body, headers, set, request }) => {
-      const workspaceId = await resolveWorkspaceId(sql, caller, body.workspace_id, headers['x-workspace-id'])
+      const workspaceId = await resolveWorkspaceId(deps.db.sql, caller, body.workspace_id, headers['x-workspace-id'])
       set.status = 201
-      return envelope(requestId, toWorkflow(await workflows.createWorkflow(sql, caller, workspaceId, body, writeKey(request))))
+      return envelope(requestId, toWorkflow(await workflows.createWorkflow(deps, caller, workspaceId, body, writeKey(request))))
     }, {
       body: CreateWorkflow,
       parse: 'json',
@@ -37,7 +36,7 @@ export function workflowRoutes(deps: Deps) {
     .get('/workflows', async ({ caller, requestId, query, headers }) => {
       const q = parseListQuery(query, workflowList)
       const workspaceId = (query as { workspace_id?: string }).workspace_id ?? headers['x-workspace-id']
-      return { request_id: requestId, ...toPage(await workflows.listWorkflows(sql, caller, workspaceId, q), q, toWorkflow) }
+      return { request_id: requestId, ...toPage(await workflows.listWorkflows(deps, caller, workspaceId, q), q, toWorkflow) }
     }, {
       query: ListQuery('created_at, updated_at, name', {
         workspace_id: t.Optional(t.String({ description: 'Only this workspace (else X-Workspace-Id); without either, every workspace the caller can read. One the caller cannot read is 404' })),
@@ -49,13 +48,13 @@ export function workflowRoutes(deps: Deps) {
       detail: { operationId: 'listWorkflows', tags, summary: 'List the workflows of every workspace the caller can read (workspace_id: of one)' },
     })
     .get('/workflows/:id', async ({ caller, requestId, params }) =>
-      envelope(requestId, toWorkflow(await workflows.loadWorkflow(sql, caller, params.id, 'read'))), {
+      envelope(requestId, toWorkflow(await workflows.loadWorkflow(deps, caller, params.id, 'read'))), {
       params: WorkflowParams,
       response: { 200: Envelope(Workflow, 'The workflow'), ...errors(404) },
       detail: { operationId: 'getWorkflow', tags, summary: 'Get a workflow with its current graph and version' },
     })
     .put('/workflows/:id', async ({ caller, requestId, params, body }) =>
-      envelope(requestId, toWorkflow(await workflows.replaceWorkflow(sql, caller, params.id, body))), {
+      envelope(requestId, toWorkflow(await workflows.replaceWorkflow(deps, caller, params.id, body))), {
       params: WorkflowParams,
       body: ReplaceWorkflow,
       parse: 'json',
@@ -68,7 +67,7 @@ export function workflowRoutes(deps: Deps) {
       },
     })
     .delete('/workflows/:id', async ({ caller, requestId, params }) => {
-      await workflows.deleteWorkflow(sql, caller, params.id)
+      await workflows.deleteWorkflow(deps, caller, params.id)
       return envelope(requestId, { id: params.id, deleted: true as const })
     }, {
       params: WorkflowParams,

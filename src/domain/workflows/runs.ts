@@ -62,7 +62,7 @@ export function loadRun(deps: Deps, caller: Caller, runId: string, action: 'read
 }
 
 export async function listRuns(deps: Deps, caller: Caller, workflowId: string, q: ListQuery) {
-  await loadWorkflow(deps.db.sql, caller, workflowId, 'read')
+  await loadWorkflow(deps, caller, workflowId, 'read')
   return runs.listRuns(deps.db.sql, workflowId, q)
 }
 

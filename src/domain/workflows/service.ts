@@ -1,5 +1,6 @@
 import { newId } from '../../lib/ids'
 import type { ListQuery } from '../../lib/lists'
+import type { Deps } from '../../deps'
 import type { Pool } from '../../store/db'
 import { recorded, type WriteKey } from '../../store/idempotent-writes'
 import * as store from '../../store/workflows'
@@ -20,15 +21,15 @@ export interface WorkflowInput {
  * Loads a workflow the caller may take `action` on (read it, change it, or run it with 'use'); one of
  * a workspace it may not see answers 404 for the workflow itself, so its existence never leaks.
  */
-export function loadWorkflow(sql: Pool, caller: Caller, id: string, action: Action): Promise<store.WorkflowRow> {
-  return loadOwned(sql, caller, 'workflow', id, action, store.findWorkflow)
+export function loadWorkflow(deps: Pick<Deps, 'db'>, caller: Caller, id: string, action: Action): Promise<store.WorkflowRow> {
+  return loadOwned(deps.db.sql, caller, 'workflow', id, action, store.findWorkflow)
 }
 
-export async function createWorkflow(sql: Pool, caller: Caller, workspaceId: string, input: WorkflowInput, key?: WriteKey): Promise<store.WorkflowRow> {
-  await access(sql, caller, workspaceId, 'build')
+export async function createWorkflow(deps: Pick<Deps, 'db'>, caller: Caller, workspaceId: string, input: WorkflowInput, key?: WriteKey): Promise<store.WorkflowRow> {
+  await access(deps.db.sql, caller, workspaceId, 'build')
   const graph = validateGraph(input.graph)
-  await checkReferences(sql, workspaceId, graph)
-  return sql.begin(async (tx) =>
+  await checkReferences(deps, workspaceId, graph)
+  return deps.db.sql.begin(async (tx) =>
     recorded(tx, key, 'workflow', await store.insertWorkflow(tx, {
       id: newId('wf'),
       workspace_id: workspaceId,
@@ -41,26 +42,26 @@ export async function createWorkflow(sql: Pool, caller: Caller, workspaceId: str
 }
 
 /** Every workspace the caller can read, or the one named (docs/api.md, "Lists"). */
-export async function listWorkflows(sql: Pool, caller: Caller, workspaceId: string | undefined, q: ListQuery): Promise<store.WorkflowRow[]> {
-  return store.listWorkflows(sql, await listScope(sql, caller, workspaceId), q)
+export async function listWorkflows(deps: Pick<Deps, 'db'>, caller: Caller, workspaceId: string | undefined, q: ListQuery): Promise<store.WorkflowRow[]> {
+  return store.listWorkflows(deps.db.sql, await listScope(deps.db.sql, caller, workspaceId), q)
 }
 
 /** PUT: name, description and graph replaced as a whole; the version goes up by one. */
-export async function replaceWorkflow(sql: Pool, caller: Caller, id: string, input: WorkflowInput): Promise<store.WorkflowRow> {
-  const current = await loadWorkflow(sql, caller, id, 'build')
+export async function replaceWorkflow(deps: Pick<Deps, 'db'>, caller: Caller, id: string, input: WorkflowInput): Promise<store.WorkflowRow> {
+  const current = await loadWorkflow(deps, caller, id, 'build')
   const graph = validateGraph(input.graph)
   refuseSelfCalls(id, graph)
-  await checkReferences(sql, current.workspace_id, graph)
-  return sql.begin(async (tx) => {
+  await checkReferences(deps, current.workspace_id, graph)
+  return deps.db.sql.begin(async (tx) => {
     await store.lockWorkflow(tx, id)
     return store.updateWorkflow(tx, id, { name: input.name, description: input.description ?? '', graph })
   })
 }
 
 /** Deletes the workflow for good, with its versions and runs. */
-export async function deleteWorkflow(sql: Pool, caller: Caller, id: string): Promise<void> {
-  await loadWorkflow(sql, caller, id, 'build')
-  await sql.begin((tx) => store.deleteWorkflow(tx, id))
+export async function deleteWorkflow(deps: Pick<Deps, 'db'>, caller: Caller, id: string): Promise<void> {
+  await loadWorkflow(deps, caller, id, 'build')
+  await deps.db.sql.begin((tx) => store.deleteWorkflow(tx, id))
 }
 
 /**
@@ -90,14 +91,14 @@ function refuseSelfCalls(id: string, graph: Graph): void {
   })
 }
 
-async function checkReferences(sql: Pool, workspaceId: string, graph: Graph): Promise<void> {
+async function checkReferences(deps: Pick<Deps, 'db'>, workspaceId: string, graph: Graph): Promise<void> {
   for (const [n, node] of graph.nodes.entries()) {
     for (const { key, check } of REFERENCES[node.type] ?? []) {
       const value = node.config[key]
       const ids = Array.isArray(value) ? value : [value]
       for (const [i, id] of ids.entries()) {
         // validateGraph has checked the shape: ids are non-empty strings.
-        await check(sql, workspaceId, id as string, `graph.nodes.${n}.config.${key}${Array.isArray(value) ? `.${i}` : ''}`)
+        await check(deps.db.sql, workspaceId, id as string, `graph.nodes.${n}.config.${key}${Array.isArray(value) ? `.${i}` : ''}`)
       }
     }
   }

@@ -38,7 +38,7 @@ export function loadTrigger(deps: Deps, caller: Caller, id: string, action: Acti
 }
 
 export async function createTrigger(deps: Deps, caller: Caller, workflowId: string, input: TriggerInput, key?: WriteKey): Promise<store.TriggerRow> {
-  const wf = await loadWorkflow(deps.db.sql, caller, workflowId, 'build')
+  const wf = await loadWorkflow(deps, caller, workflowId, 'build')
   const base = { id: newId('trg'), workflow_id: wf.id, workspace_id: wf.workspace_id, type: input.type, enabled: input.enabled ?? true, created_by: caller.userId }
   let row: Parameters<typeof store.insertTrigger>[1]
   if (input.type === 'schedule') {
@@ -61,7 +61,7 @@ export async function createTrigger(deps: Deps, caller: Caller, workflowId: stri
 }
 
 export async function listTriggers(deps: Deps, caller: Caller, workflowId: string, q: ListQuery) {
-  await loadWorkflow(deps.db.sql, caller, workflowId, 'read')
+  await loadWorkflow(deps, caller, workflowId, 'read')
   return store.listTriggers(deps.db.sql, workflowId, q)
 }
 
