@@ -3,7 +3,9 @@ import { initialTransition, transition, type AnyStateMachine, type EventFromLogi
 /**
  * The pure half of every machine runner: load a persisted snapshot, check that its state accepts the
  * event, transition, and hand back the new persisted snapshot with the effects to run after commit.
- * The I/O half (lock the row, save, commit, run effects) belongs to each machine's worker.
+ * The I/O half (one guarded write of the snapshot with what the transition produced, then the
+ * effects after commit) is `commitTransition` (src/domain/machines.ts), which each machine's
+ * worker, and the workflow engine for runs, calls.
  */
 export interface Persisted<TContext> {
   value: string

@@ -57,7 +57,7 @@ export async function keyedAnswer(deps: Deps, request: Request, requestId: strin
       return created({ ...toApiKey(row), key: deps.secretBox.open(write.sealed!) })
     }
     case 'workflow':
-      return created(toWorkflow(await workflows.loadWorkflow(sql, caller, id, 'read')))
+      return created(toWorkflow(await workflows.loadWorkflow(deps, caller, id, 'read')))
     case 'trigger':
       return created(toTrigger(await triggers.loadTrigger(deps, caller, id, 'read'), `${new URL(request.url).origin}${deps.config.basePath}`))
     case 'webhook':

@@ -24,8 +24,22 @@ async function* sseOf(events: AsyncIterable<RunEventRow>): AsyncGenerator<SseEve
 const wantsStream = (accept: string | undefined) => (accept ?? '').includes('text/event-stream')
 const tags = ['runs']
 
+/**
+ * The runs: started (synchronously, async or streamed), read, cancelled, given a person's input,
+ * followed node by node or event by event. One plugin per concern, used in the order of the OpenAPI
+ * document; each applies the auth plugin itself, so every route keeps its hooks.
+ */
 export function runRoutes(deps: Deps) {
   return new Elysia({ name: 'routes.runs' })
+    .use(runStarts(deps))
+    .use(runReads(deps))
+    .use(runActions(deps))
+    .use(runProgress(deps))
+}
+
+/** POST /workflows/{id}/runs: a run started, answered when it ends, at once (async) or as its stream. */
+function runStarts(deps: Deps) {
+  return new Elysia({ name: 'routes.runs.starts' })
     .use(authenticated(deps))
     .post('/workflows/:id/runs', async ({ caller, requestId, params, query, body, headers, request, set, route }) => {
       const run = await runsDomain.createRun(deps, caller, params.id, body ?? {}, requestId, writeKey(request))
@@ -66,6 +80,12 @@ export function runRoutes(deps: Deps) {
         description: 'Synchronous runs wait up to SYNC_RUN_TIMEOUT_MS, then answer 202 with status running. Streams send node_start, node_end, message (LLM deltas), usage and done events, each with an id: line for Last-Event-ID; the stream\'s X-Run-Id header names the run, to resume with GET /v1/runs/{run_id}/events.',
       },
     })
+}
+
+/** The run objects: listed across workflows or of one, and one by its id. */
+function runReads(deps: Deps) {
+  return new Elysia({ name: 'routes.runs.reads' })
+    .use(authenticated(deps))
     .get('/runs', async ({ caller, requestId, query, headers }) => {
       const q = parseListQuery(query, allRunList)
       const workspaceId = (query as { workspace_id?: string }).workspace_id ?? headers['x-workspace-id']
@@ -94,6 +114,12 @@ export function runRoutes(deps: Deps) {
       response: { 200: ListOf(Run, 'A page of the workflow\'s runs'), ...errors(404) },
       detail: { operationId: 'listWorkflowRuns', tags, summary: 'List a workflow\'s runs' },
     })
+}
+
+/** What a caller does to a running run: cancel it, or give a waiting human_input node its data. */
+function runActions(deps: Deps) {
+  return new Elysia({ name: 'routes.runs.actions' })
+    .use(authenticated(deps))
     .post('/runs/:run_id/cancel', async ({ caller, requestId, params }) => runAnswer(requestId, await runsDomain.cancelRun(deps, caller, params.run_id)), {
       params: RunParams,
       response: { 200: Described(RunAnswer, 'The run, now cancelled'), ...errors(403, 404, 409, 422) },
@@ -111,6 +137,12 @@ export function runRoutes(deps: Deps) {
         description: 'The run\'s waiting names the node, its prompt and the JSON Schema the data must match (400 naming the data\'s path otherwise). Answers the run object; 409 run_not_waiting when the node does not wait for input (answered already, past its timeout_seconds, or the run ended).',
       },
     })
+}
+
+/** A run's progress: every node with its state, and its event log (JSON, or a live stream resuming after Last-Event-ID). */
+function runProgress(deps: Deps) {
+  return new Elysia({ name: 'routes.runs.progress' })
+    .use(authenticated(deps))
     .get('/runs/:run_id/nodes', async ({ caller, requestId, params }) => {
       const { graph, nodes } = await runsDomain.runNodes(deps, await runsDomain.loadRun(deps, caller, params.run_id))
       return { request_id: requestId, graph: graph as unknown as typeof RunNodes.static['graph'], data: nodes }

@@ -1,5 +1,7 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps'
+import type { HookCall } from '../domain/workflows/hook-inputs'
+import * as hooks from '../domain/workflows/hooks'
 import * as triggers from '../domain/workflows/triggers'
 import { AppError } from '../lib/errors'
 import { parseListQuery, toPage } from '../lib/lists'
@@ -97,21 +99,21 @@ export function hookRoutes(deps: Deps) {
       const state = stateOf(request)
       const address = server?.requestIP(request)?.address ?? 'unknown'
       await refusedAddress(deps, address)
-      const trigger = triggers.HOOK_TOKEN.test(params.token) ? await triggers.findHook(deps, params.trigger_id, params.token) : null
+      const trigger = hooks.HOOK_TOKEN.test(params.token) ? await hooks.findHook(deps, params.trigger_id, params.token) : null
       if (!trigger) {
         await wrongToken(deps, address)
         throw new AppError('not_found', 'no webhook trigger has this URL; GET /v1/triggers/{id} answers its url (rotating the token changes it)')
       }
       await takeToken(deps, trigger.id, set)
-      const call: triggers.HookCall = {
+      const call: HookCall = {
         body: body ?? null,
         raw: state.raw ?? '',
         query: Object.fromEntries(new URL(request.url).searchParams),
         headers: Object.fromEntries(request.headers),
       }
-      const deliveryId = triggers.checkSignature(deps, trigger, call)
+      const deliveryId = hooks.checkSignature(deps, trigger, call)
       if (deliveryId !== null) {
-        const first = await triggers.claimDelivery(deps, trigger.id, deliveryId)
+        const first = await hooks.claimDelivery(deps, trigger.id, deliveryId)
         if (first !== null) return { request_id: state.id, run_id: first || null, status: 'replayed' as const }
       }
       let runId: string | null = null
@@ -120,13 +122,13 @@ export function hookRoutes(deps: Deps) {
         state.caller = { keyId: `hook:${trigger.id}`, userId: `webhook:${trigger.id}`, isRoot: false, workspaceId: trigger.workspace_id, roleLimit: 'readonly', issuedBy: null }
         const replay = await beginIdempotency(deps, request, state)
         if (replay) return replay as never
-        const run = await triggers.runHook(deps, trigger, call, state.id, state.idem?.write)
+        const run = await hooks.runHook(deps, trigger, call, state.id, state.idem?.write)
         runId = run.id
         set.status = 202
         // Typed as the 200 answer because Elysia types a plain return against it; the 202 schema still checks it.
         return { request_id: state.id, run_id: run.id, status: 'running' } as unknown as typeof HookReplayed.static
       } finally {
-        if (deliveryId !== null) await triggers.settleDelivery(deps, trigger.id, deliveryId, runId)
+        if (deliveryId !== null) await hooks.settleDelivery(deps, trigger.id, deliveryId, runId)
       }
     }, {
       params: HookParams,

@@ -16,7 +16,6 @@ const workflowList: ListSpec = {
 const tags = ['workflows']
 
 export function workflowRoutes(deps: Deps) {
-  const sql = deps.db.sql
   return new Elysia({ name: 'routes.workflows' })
     .use(authenticated(deps))
     .post('/workflows', async ({ caller, requestId, body, headers, set, request }) => {
@@ -49,7 +48,7 @@ export function workflowRoutes(deps: Deps) {
       detail: { operationId: 'listWorkflows', tags, summary: 'List the workflows of every workspace the caller can read (workspace_id: of one)' },
     })
     .get('/workflows/:id', async ({ caller, requestId, params }) =>
-      envelope(requestId, toWorkflow(await workflows.loadWorkflow(sql, caller, params.id, 'read'))), {
+      envelope(requestId, toWorkflow(await workflows.loadWorkflow(deps, caller, params.id, 'read'))), {
       params: WorkflowParams,
       response: { 200: Envelope(Workflow, 'The workflow'), ...errors(404) },
       detail: { operationId: 'getWorkflow', tags, summary: 'Get a workflow with its current graph and version' },
@@ -68,7 +67,7 @@ export function workflowRoutes(deps: Deps) {
       },
     })
     .delete('/workflows/:id', async ({ caller, requestId, params }) => {
-      await workflows.deleteWorkflow(sql, caller, params.id)
+      await workflows.deleteWorkflow(deps, caller, params.id)
       return envelope(requestId, { id: params.id, deleted: true as const })
     }, {
       params: WorkflowParams,

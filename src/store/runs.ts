@@ -64,10 +64,16 @@ export interface RunEventRow {
   created_at: Date
 }
 
+/** A run to insert: what it runs, for whom, from which snapshot (src/domain/workflows/new-run.ts builds one). */
+export type NewRun = Pick<RunRow, 'id' | 'workflow_id' | 'workflow_version' | 'workspace_id' | 'user_id' | 'inputs' | 'snapshot' | 'machine_version' | 'request_id'>
+
+/** A child run to insert: a new run and where in its parent it was started. */
+export type NewChildRun = NewRun & Pick<RunRow, 'parent_run_id' | 'parent_node' | 'item_index' | 'depth'>
+
 /** The trigger's one statement (autocommitted: nothing else is written with it but the record of its Idempotency-Key). */
 export async function insertRun(
   sql: Sql,
-  r: Pick<RunRow, 'id' | 'workflow_id' | 'workflow_version' | 'workspace_id' | 'user_id' | 'inputs' | 'snapshot' | 'machine_version' | 'request_id'>,
+  r: NewRun,
   key?: WriteKey,
 ): Promise<RunRow> {
   const [row] = await insertKeyed(sql, key, 'run', sql<RunRow[]>`
@@ -138,7 +144,7 @@ export async function parkRun(sql: Tx | Sql, id: string, owner: string, nextSeq:
  */
 export async function insertChildRun(
   sql: Sql,
-  r: Pick<RunRow, 'id' | 'workflow_id' | 'workflow_version' | 'workspace_id' | 'user_id' | 'inputs' | 'snapshot' | 'machine_version' | 'request_id' | 'parent_run_id' | 'parent_node' | 'item_index' | 'depth'>,
+  r: NewChildRun,
 ): Promise<RunRow | null> {
   const [row] = await sql<RunRow[]>`
     with parent as (select id from runs where id = ${r.parent_run_id} and status = 'running' for share)
@@ -329,7 +335,7 @@ export async function listRunsIn(sql: Sql, scope: WorkspaceScope, q: ListQuery):
  */
 export async function insertRuns(
   tx: Tx,
-  rows: Pick<RunRow, 'id' | 'workflow_id' | 'workflow_version' | 'workspace_id' | 'user_id' | 'inputs' | 'snapshot' | 'machine_version' | 'request_id'>[],
+  rows: NewRun[],
 ): Promise<void> {
   if (rows.length === 0) return
   await tx`

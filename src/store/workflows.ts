@@ -1,15 +1,44 @@
 import { notFound } from '../lib/errors'
 import type { ListQuery } from '../lib/lists'
-import type { Graph } from '../domain/workflows/types'
 import type { Sql, Tx } from './db'
 import { inWorkspaces, listClauses, type WorkspaceScope } from './lists'
+
+/**
+ * A workflow graph as stored (jsonb): checked by the domain before it is written
+ * (src/domain/workflows/graph.ts, `validateGraph`), whose `Graph` names the node types and their
+ * failure handling (docs/workflows.md, "The graph").
+ */
+export interface StoredGraph {
+  nodes: StoredNode[]
+  edges: StoredEdge[]
+}
+
+export interface StoredNode {
+  id: string
+  type: string
+  name?: string
+  config: Record<string, unknown>
+  /** Attempts and the pause between them (docs/workflows.md, "Errors and retries"); one attempt when left out. */
+  retry?: { max_attempts: number; backoff_ms: number }
+  /** Each attempt's time limit; none when left out (not for wait and human_input nodes). */
+  timeout_ms?: number
+  /** After the last attempt fails: fail the run (the default), continue with the error as output, or follow the `error` edges. */
+  on_error?: string
+}
+
+export interface StoredEdge {
+  source: string
+  target: string
+  /** A condition node's case id (or `default`) that this edge leaves by. */
+  source_handle?: string
+}
 
 export interface WorkflowRow {
   id: string
   workspace_id: string
   name: string
   description: string
-  graph: Graph
+  graph: StoredGraph
   version: number
   created_by: string
   created_at: Date
@@ -19,7 +48,7 @@ export interface WorkflowRow {
 export interface WorkflowVersionRow {
   workflow_id: string
   version: number
-  graph: Graph
+  graph: StoredGraph
   created_at: Date
 }
 
@@ -81,7 +110,7 @@ export async function listWorkflows(sql: Sql, scope: WorkspaceScope, q: ListQuer
 }
 
 /** The graph of one version, as a run that recorded it ran it. */
-export async function getWorkflowVersion(sql: Sql, workflowId: string, version: number): Promise<Graph> {
+export async function getWorkflowVersion(sql: Sql, workflowId: string, version: number): Promise<StoredGraph> {
   const [row] = await sql<Pick<WorkflowVersionRow, 'graph'>[]>`
     select graph from workflow_versions where workflow_id = ${workflowId} and version = ${version}`
   if (!row) throw notFound('workflow version', `${workflowId}@${version}`)

@@ -1,5 +1,5 @@
 import type { Deps } from '../deps'
-import { fireDueSchedules } from '../domain/workflows/triggers'
+import { fireDueSchedules } from '../domain/workflows/schedules'
 import { nextScheduleAt } from '../store/triggers'
 import { PollingLoop } from './loop'
 

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from '
 import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { keyFor, startHarness, workspaceOf, type Harness } from '../helpers/harness'
 import { chain, end, start } from '../helpers/runs'
-import { fireDueSchedules } from '../../src/domain/workflows/triggers'
+import { fireDueSchedules } from '../../src/domain/workflows/schedules'
 
 setDefaultTimeout(TEST_TIMEOUT_MS)
 

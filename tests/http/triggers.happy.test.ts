@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { createHmac } from 'node:crypto'
-import { nextTick } from '../../src/domain/workflows/triggers'
+import { nextTick } from '../../src/domain/workflows/schedules'
 import { waitFor } from '../helpers/harness'
 import { chain, end, start, startRunsEnv, tpl, type RunsEnv } from '../helpers/runs'
 

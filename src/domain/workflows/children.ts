@@ -1,12 +1,10 @@
 import type { Deps } from '../../deps'
-import { newId } from '../../lib/ids'
-import { start } from '../../machines/runner'
-import { RUN_MACHINE_VERSION, runMachine } from '../../machines/workflow-run.machine'
 import * as runs from '../../store/runs'
 import { findWorkflow, type WorkflowRow } from '../../store/workflows'
 import { abortedError } from './nodes/common'
 import { validateInputs } from './graph'
 import { cancelTrees } from './cancel'
+import { newRun } from './new-run'
 import { childrenChannel } from './transitions'
 import { NodeError, type ChildEnd, type ChildPort, type GraphNode } from './types'
 
@@ -31,88 +29,135 @@ export function childPort(
 ): ChildPort {
   return {
     async run(node, workflowId, inputs, opts, signal) {
-      const wf = await findWorkflow(deps.db.sql, workflowId)
-      if (!wf || wf.workspace_id !== parent.workspace_id) throw new NodeError('invalid_config', `workflow_id: workflow ${workflowId} not found in the run's workspace`)
-      if (parent.depth + 1 > MAX_DEPTH) {
-        throw new NodeError('max_depth_exceeded', `runs nest at most ${MAX_DEPTH} deep; run ${parent.id} is at depth ${parent.depth} and its node ${node.id} would start one deeper`)
-      }
-      const indexed = node.type === 'iteration'
-      const ends: (ChildEnd | null)[] = inputs.map(() => null)
-      // Inputs are checked before anything starts: an item that does not fit fails without a run.
-      const valid: (Record<string, unknown> | null)[] = inputs.map((item, i) => {
-        try {
-          return validateInputs(wf.graph, item)
-        } catch (err) {
-          const message = `${indexed ? `item ${i}: ` : ''}${(err as Error).message}`
-          if (opts.stopOnFailure) throw new NodeError('invalid_input', message)
-          ends[i] = { run_id: null, status: 'failed', outputs: {}, error: { code: 'invalid_input', message, node: null }, usage: { tokens_in: 0, tokens_out: 0, credits: 0 } }
-          return null
-        }
-      })
-      const running = new Map<string, number>()
-      const settle = (rows: runs.ChildRow[]): ChildEnd | null => {
-        let failed: ChildEnd | null = null
-        for (const r of rows) {
-          const i = r.item_index ?? 0
-          if (r.status === 'running') {
-            running.set(r.id, i)
-            continue
-          }
-          running.delete(r.id)
-          ends[i] = { run_id: r.id, status: r.status, outputs: r.outputs ?? {}, error: r.error, usage: r.usage }
-          if (r.status !== 'completed') failed ??= ends[i]
-        }
-        return failed
-      }
-
-      let wake: () => void = () => {}
-      const unsubscribe = await deps.redis.subscribe(childrenChannel(parent.id), () => wake()).catch(() => async () => {})
+      const wf = await childWorkflow(deps, parent, node, workflowId)
+      const batch = new ChildBatch({ deps, parent, idle, step }, { node, wf, opts, signal }, inputs)
+      const unsubscribe = await deps.redis.subscribe(childrenChannel(parent.id), () => batch.wake()).catch(() => async () => {})
       try {
-        const found = await runs.childRuns(deps.db.sql, parent.id, node.id)
-        const started = new Set(found.map((r) => r.item_index ?? 0))
-        let failed = settle(found)
-        let next = 0
-        for (;;) {
-          if (signal.aborted) throw abortedError()
-          if (failed && opts.stopOnFailure) {
-            await cancelTrees(deps, [...running.keys()])
-            return ends
-          }
-          let added = false
-          const limit = running.size < opts.concurrency && next < inputs.length ? await step(() => childLimit(deps, parent.workspace_id, running.size, opts.concurrency)) : 0
-          while (running.size < limit && next < inputs.length) {
-            if (signal.aborted) throw abortedError()
-            const i = next++
-            if (started.has(i) || !valid[i]) continue
-            const child = await step(() => startChild(deps, parent, node, wf, valid[i]!, indexed ? i : null))
-            // The parent is no longer running (a cancel committed): no child is started after it.
-            if (!child) throw abortedError()
-            started.add(i)
-            // Already ended: started by an earlier attempt of this node whose worker died just after.
-            if (child.status !== 'running') failed ??= settle([child])
-            else running.set(child.id, i)
-            added = true
-          }
-          if (added) deps.wake.nudge('runs')
-          if (running.size === 0 && next >= inputs.length) return ends
-          await idle(
-            new Promise<void>((resolve) => {
-              const t = setTimeout(resolve, POLL_MS)
-              const done = () => {
-                clearTimeout(t)
-                signal.removeEventListener('abort', done)
-                resolve()
-              }
-              wake = done
-              signal.addEventListener('abort', done, { once: true })
-            }),
-          )
-          failed = settle(await step(() => runs.childRuns(deps.db.sql, parent.id, node.id, [...running.keys()]))) ?? failed
-        }
+        return await batch.run()
       } finally {
         await unsubscribe()
       }
     },
+  }
+}
+
+/** The workflow a node runs as children: one of the run's workspace, not nested deeper than MAX_DEPTH. */
+async function childWorkflow(deps: Deps, parent: runs.RunRow, node: GraphNode, workflowId: string): Promise<WorkflowRow> {
+  const wf = await findWorkflow(deps.db.sql, workflowId)
+  if (!wf || wf.workspace_id !== parent.workspace_id) throw new NodeError('invalid_config', `workflow_id: workflow ${workflowId} not found in the run's workspace`)
+  if (parent.depth + 1 > MAX_DEPTH) {
+    throw new NodeError('max_depth_exceeded', `runs nest at most ${MAX_DEPTH} deep; run ${parent.id} is at depth ${parent.depth} and its node ${node.id} would start one deeper`)
+  }
+  return wf
+}
+
+type Parent = { deps: Deps; parent: runs.RunRow; idle: <T>(wait: Promise<T>) => Promise<T>; step: <T>(work: () => Promise<T>) => Promise<T> }
+type Job = { node: GraphNode; wf: WorkflowRow; opts: { concurrency: number; stopOnFailure: boolean }; signal: AbortSignal }
+
+/** One node's children: each item's end as known so far, those running, and the next item to start. */
+class ChildBatch {
+  private readonly ends: (ChildEnd | null)[]
+  /** Each item's inputs as the workflow takes them; null for an item that does not fit (it ends without a run). */
+  private readonly valid: (Record<string, unknown> | null)[]
+  private readonly running = new Map<string, number>()
+  private started = new Set<number>()
+  private next = 0
+  private failed: ChildEnd | null = null
+  /** Ends the pause between two reads of the children (a child's end announced, or an abort). */
+  wake: () => void = () => {}
+
+  constructor(private readonly p: Parent, private readonly job: Job, inputs: Record<string, unknown>[]) {
+    this.ends = inputs.map(() => null)
+    this.valid = this.check(inputs)
+  }
+
+  /** Inputs are checked before anything starts: an item that does not fit fails without a run. */
+  private check(inputs: Record<string, unknown>[]): (Record<string, unknown> | null)[] {
+    const indexed = this.job.node.type === 'iteration'
+    return inputs.map((item, i) => {
+      try {
+        return validateInputs(this.job.wf.graph, item)
+      } catch (err) {
+        const message = `${indexed ? `item ${i}: ` : ''}${(err as Error).message}`
+        if (this.job.opts.stopOnFailure) throw new NodeError('invalid_input', message)
+        this.ends[i] = { run_id: null, status: 'failed', outputs: {}, error: { code: 'invalid_input', message, node: null }, usage: { tokens_in: 0, tokens_out: 0, credits: 0 } }
+        return null
+      }
+    })
+  }
+
+  /** Starts the items as their concurrency allows and waits for their ends: every item's, or until the first failure with stopOnFailure. */
+  async run(): Promise<(ChildEnd | null)[]> {
+    const { deps, parent, step } = this.p
+    const { node, opts, signal } = this.job
+    const found = await runs.childRuns(deps.db.sql, parent.id, node.id)
+    this.started = new Set(found.map((r) => r.item_index ?? 0))
+    this.failed = this.settle(found)
+    for (;;) {
+      if (signal.aborted) throw abortedError()
+      if (this.failed && opts.stopOnFailure) {
+        await cancelTrees(deps, [...this.running.keys()])
+        return this.ends
+      }
+      if (await this.startMore()) deps.wake.nudge('runs')
+      if (this.running.size === 0 && this.next >= this.valid.length) return this.ends
+      await this.p.idle(this.pause())
+      this.failed = this.settle(await step(() => runs.childRuns(deps.db.sql, parent.id, node.id, [...this.running.keys()]))) ?? this.failed
+    }
+  }
+
+  /** Starts items not started yet, as many as the node's and its workspace's shares allow; answers whether any started. */
+  private async startMore(): Promise<boolean> {
+    const { deps, parent, step } = this.p
+    const { node, wf, opts, signal } = this.job
+    const total = this.valid.length
+    let added = false
+    const limit = this.running.size < opts.concurrency && this.next < total ? await step(() => childLimit(deps, parent.workspace_id, this.running.size, opts.concurrency)) : 0
+    while (this.running.size < limit && this.next < total) {
+      if (signal.aborted) throw abortedError()
+      const i = this.next++
+      if (this.started.has(i) || !this.valid[i]) continue
+      const child = await step(() => startChild(deps, parent, node, wf, this.valid[i]!, node.type === 'iteration' ? i : null))
+      // The parent is no longer running (a cancel committed): no child is started after it.
+      if (!child) throw abortedError()
+      this.started.add(i)
+      // Already ended: started by an earlier attempt of this node whose worker died just after.
+      if (child.status !== 'running') this.failed ??= this.settle([child])
+      else this.running.set(child.id, i)
+      added = true
+    }
+    return added
+  }
+
+  /** Until a child's end is announced, the node's work is aborted, or POLL_MS pass (a lost message). */
+  private pause(): Promise<void> {
+    const signal = this.job.signal
+    return new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, POLL_MS)
+      const done = () => {
+        clearTimeout(t)
+        signal.removeEventListener('abort', done)
+        resolve()
+      }
+      this.wake = done
+      signal.addEventListener('abort', done, { once: true })
+    })
+  }
+
+  /** Children read: those still running kept, the others' ends recorded; answers the first that did not complete. */
+  private settle(rows: runs.ChildRow[]): ChildEnd | null {
+    let failed: ChildEnd | null = null
+    for (const r of rows) {
+      const i = r.item_index ?? 0
+      if (r.status === 'running') {
+        this.running.set(r.id, i)
+        continue
+      }
+      this.running.delete(r.id)
+      this.ends[i] = { run_id: r.id, status: r.status, outputs: r.outputs ?? {}, error: r.error, usage: r.usage }
+      if (r.status !== 'completed') failed ??= this.ends[i]
+    }
+    return failed
   }
 }
 
@@ -130,15 +175,7 @@ async function childLimit(deps: Deps, workspaceId: string, running: number, conc
 
 function startChild(deps: Deps, parent: runs.RunRow, node: GraphNode, wf: WorkflowRow, inputs: Record<string, unknown>, index: number | null) {
   return runs.insertChildRun(deps.db.sql, {
-    id: newId('run'),
-    workflow_id: wf.id,
-    workflow_version: wf.version,
-    workspace_id: wf.workspace_id,
-    user_id: parent.user_id,
-    inputs,
-    snapshot: start(runMachine, undefined as never).persisted as runs.RunRow['snapshot'],
-    machine_version: RUN_MACHINE_VERSION,
-    request_id: parent.request_id,
+    ...newRun({ workflow_id: wf.id, workflow_version: wf.version, workspace_id: wf.workspace_id, user_id: parent.user_id, inputs, request_id: parent.request_id }),
     parent_run_id: parent.id,
     parent_node: node.id,
     item_index: index,

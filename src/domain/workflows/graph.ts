@@ -1,6 +1,7 @@
 import { AppError } from '../../lib/errors'
 import { checkConfig, hasType, humanPath, isObject, Issues, NODE_SPECS, references, typeOf, type InputSpec, type Path } from './configs'
 import { ERROR_HANDLE, NODE_TYPES, ON_ERROR, type Graph, type GraphEdge, type GraphNode, type NodeType, type OnError } from './types'
+import type { StoredGraph, StoredNode } from '../../store/workflows'
 
 export type { InputSpec } from './configs'
 
@@ -268,7 +269,7 @@ function push<K, V>(m: Map<K, V[]>, k: K, v: V): void {
   else m.set(k, [v])
 }
 
-export function startNode(graph: Graph): GraphNode {
+export function startNode<N extends StoredNode>(graph: { nodes: N[] }): N {
   const start = graph.nodes.find((n) => n.type === 'start')
   if (!start) throw new Error('graph has no start node (it was not validated)')
   return start
@@ -283,8 +284,13 @@ export function incoming(graph: Graph, nodeId: string): GraphEdge[] {
 }
 
 /** The start node's declared inputs. */
-export function inputSpec(graph: Graph): InputSpec[] {
+export function inputSpec(graph: StoredGraph): InputSpec[] {
   return (startNode(graph).config.inputs as InputSpec[] | undefined) ?? []
+}
+
+/** A graph as read back from the store: it was made by `validateGraph` before it was written, so its node types are known. */
+export function storedGraph(graph: StoredGraph): Graph {
+  return graph as Graph
 }
 
 const invalidInput = (param: string, message: string) =>
@@ -294,7 +300,7 @@ const invalidInput = (param: string, message: string) =>
  * A run's inputs against the start node's declarations: unknown, missing required and mistyped inputs
  * are refused naming the input (`inputs.<name>`); absent optional inputs take their default.
  */
-export function validateInputs(graph: Graph, inputs: unknown): Record<string, unknown> {
+export function validateInputs(graph: StoredGraph, inputs: unknown): Record<string, unknown> {
   if (inputs === undefined || inputs === null) inputs = {}
   if (!isObject(inputs)) throw invalidInput('inputs', `must be an object of input values, not ${typeOf(inputs)}`)
   const specs = inputSpec(graph)

@@ -1,19 +1,18 @@
 import type { Deps } from '../../deps'
 import { AppError, invalid } from '../../lib/errors'
-import { newId } from '../../lib/ids'
 import type { ListQuery } from '../../lib/lists'
-import { start } from '../../machines/runner'
-import { RUN_MACHINE_VERSION, runDefinition, runMachine, type RunContext } from '../../machines/workflow-run.machine'
+import { runDefinition, type RunContext } from '../../machines/workflow-run.machine'
 import type { WriteKey } from '../../store/idempotent-writes'
 import * as runs from '../../store/runs'
 import { onlyUserOf, type Caller } from '../access'
 import { listScope, loadOwned, loadOwnedWithRole } from '../ownership'
-import { validateInputs } from './graph'
+import { storedGraph, validateInputs } from './graph'
 import { loadWorkflow } from './service'
 import { findWorkflow, getWorkflowVersion, type WorkflowRow } from '../../store/workflows'
 import type { Graph } from './types'
 import { commitRun, parseRunMessage, published, RUN_TIMER, runChannel } from './transitions'
 import { cancelTrees } from './cancel'
+import { newRun } from './new-run'
 import { schemaErrors } from '../../lib/json-schema'
 import { loadRow } from '../../machines/definition'
 
@@ -45,18 +44,14 @@ export async function startRun(
   key?: WriteKey,
 ): Promise<runs.RunRow> {
   const inputs = validateInputs(wf.graph, opts.inputs ?? {})
-  const initial = start(runMachine, undefined as never)
-  const row = await runs.insertRun(deps.db.sql, {
-    id: newId('run'),
+  const row = await runs.insertRun(deps.db.sql, newRun({
     workflow_id: wf.id,
     workflow_version: wf.version,
     workspace_id: wf.workspace_id,
     user_id: opts.userId,
     inputs,
-    snapshot: initial.persisted as runs.RunRow['snapshot'],
-    machine_version: RUN_MACHINE_VERSION,
     request_id: opts.requestId,
-  }, key)
+  }), key)
   deps.wake.nudge('runs')
   return row
 }
@@ -67,7 +62,7 @@ export function loadRun(deps: Deps, caller: Caller, runId: string, action: 'read
 }
 
 export async function listRuns(deps: Deps, caller: Caller, workflowId: string, q: ListQuery) {
-  await loadWorkflow(deps.db.sql, caller, workflowId, 'read')
+  await loadWorkflow(deps, caller, workflowId, 'read')
   return runs.listRuns(deps.db.sql, workflowId, q)
 }
 
@@ -163,7 +158,7 @@ const UNFINISHED = new Set(['running', 'waiting', 'retrying'])
  * `cancelled`, and nothing shows an `until`.
  */
 export async function runNodes(deps: Deps, run: runs.RunRow): Promise<{ graph: Graph; nodes: NodeView[] }> {
-  const graph = await getWorkflowVersion(deps.db.sql, run.workflow_id, run.workflow_version)
+  const graph = storedGraph(await getWorkflowVersion(deps.db.sql, run.workflow_id, run.workflow_version))
   const progress = loadRow(runDefinition, run).snapshot.context.progress
   const cancelled = run.status === 'cancelled'
   const nodes = graph.nodes.map((n): NodeView => {

@@ -21,8 +21,8 @@ export interface WorkflowInput {
  * Loads a workflow the caller may take `action` on (read it, change it, or run it with 'use'); one of
  * a workspace it may not see answers 404 for the workflow itself, so its existence never leaks.
  */
-export function loadWorkflow(sql: Pool, caller: Caller, id: string, action: Action): Promise<store.WorkflowRow> {
-  return loadOwned(sql, caller, 'workflow', id, action, store.findWorkflow)
+export function loadWorkflow(deps: Pick<Deps, 'db'>, caller: Caller, id: string, action: Action): Promise<store.WorkflowRow> {
+  return loadOwned(deps.db.sql, caller, 'workflow', id, action, store.findWorkflow)
 }
 
 export async function createWorkflow(deps: Pick<Deps, 'db'>, caller: Caller, workspaceId: string, input: WorkflowInput, key?: WriteKey): Promise<store.WorkflowRow> {
@@ -48,7 +48,7 @@ export async function listWorkflows(deps: Pick<Deps, 'db'>, caller: Caller, work
 
 /** PUT: name, description and graph replaced as a whole; the version goes up by one. */
 export async function replaceWorkflow(deps: Pick<Deps, 'db'>, caller: Caller, id: string, input: WorkflowInput): Promise<store.WorkflowRow> {
-  const current = await loadWorkflow(deps.db.sql, caller, id, 'build')
+  const current = await loadWorkflow(deps, caller, id, 'build')
   const graph = validateGraph(input.graph)
   refuseSelfCalls(id, graph)
   await checkReferences(deps, current.workspace_id, graph)
@@ -59,9 +59,9 @@ export async function replaceWorkflow(deps: Pick<Deps, 'db'>, caller: Caller, id
 }
 
 /** Deletes the workflow for good, with its versions and runs. */
-export async function deleteWorkflow(sql: Pool, caller: Caller, id: string): Promise<void> {
-  await loadWorkflow(sql, caller, id, 'build')
-  await sql.begin((tx) => store.deleteWorkflow(tx, id))
+export async function deleteWorkflow(deps: Pick<Deps, 'db'>, caller: Caller, id: string): Promise<void> {
+  await loadWorkflow(deps, caller, id, 'build')
+  await deps.db.sql.begin((tx) => store.deleteWorkflow(tx, id))
 }
 
 /**

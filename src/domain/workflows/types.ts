@@ -1,17 +1,13 @@
 import type { Config } from '../../config'
 import type { CallContext, Gateway } from '../models/gateway'
+import type { StoredEdge, StoredGraph, StoredNode } from '../../store/workflows'
 
-/** A workflow graph (docs/workflows.md, "The graph"). */
-export interface GraphNode {
-  id: string
+/**
+ * A workflow graph (docs/workflows.md, "The graph"): what the store holds (src/store/workflows.ts),
+ * its node types and failure handling named; `validateGraph` makes one, and a stored one was made so.
+ */
+export interface GraphNode extends StoredNode {
   type: NodeType
-  name?: string
-  config: Record<string, unknown>
-  /** Attempts and the pause between them (docs/workflows.md, "Errors and retries"); one attempt when left out. */
-  retry?: { max_attempts: number; backoff_ms: number }
-  /** Each attempt's time limit; none when left out (not for wait and human_input nodes). */
-  timeout_ms?: number
-  /** After the last attempt fails: fail the run (the default), continue with the error as output, or follow the `error` edges. */
   on_error?: OnError
 }
 
@@ -21,14 +17,9 @@ export type OnError = (typeof ON_ERROR)[number]
 /** The source_handle of the edges a node with `on_error: "branch"` follows when it fails. */
 export const ERROR_HANDLE = 'error'
 
-export interface GraphEdge {
-  source: string
-  target: string
-  /** A condition node's case id (or `default`) that this edge leaves by. */
-  source_handle?: string
-}
+export type GraphEdge = StoredEdge
 
-export interface Graph {
+export interface Graph extends StoredGraph {
   nodes: GraphNode[]
   edges: GraphEdge[]
 }
