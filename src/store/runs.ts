@@ -5,6 +5,7 @@ import type { ListQuery } from '../lib/lists'
 import type { Persisted } from '../machines/runner'
 import { RUN_MACHINE_VERSION, type RunContext } from '../machines/workflow-run.machine'
 import type { Sql, Tx } from './db'
+import { jsonb } from './db'
 import { insertKeyed, type WriteKey } from './idempotent-writes'
 import type { LeaseTable } from './leases'
 import { writeRowTransition } from './transitions'
@@ -79,7 +80,7 @@ export async function insertRun(
   const [row] = await insertKeyed(sql, key, 'run', sql<RunRow[]>`
     insert into runs (id, workflow_id, workflow_version, workspace_id, user_id, status, inputs, snapshot, machine_version, request_id, trace_context)
     values (${r.id}, ${r.workflow_id}, ${r.workflow_version}, ${r.workspace_id}, ${r.user_id}, 'running',
-            ${sql.json(r.inputs as never)}, ${sql.json(r.snapshot as never)}, ${r.machine_version}, ${r.request_id}, ${traceJson(sql)})
+            ${jsonb(sql, r.inputs)}, ${jsonb(sql, r.snapshot)}, ${r.machine_version}, ${r.request_id}, ${traceJson(sql)})
     returning *`)
   return row!
 }
@@ -151,7 +152,7 @@ export async function insertChildRun(
     insert into runs (id, workflow_id, workflow_version, workspace_id, user_id, status, inputs, snapshot, machine_version, request_id,
                       parent_run_id, parent_node, item_index, depth, trace_context)
     select ${r.id}::text, ${r.workflow_id}::text, ${r.workflow_version}::int, ${r.workspace_id}::text, ${r.user_id}::text, 'running',
-           ${sql.json(r.inputs as never)}::jsonb, ${sql.json(r.snapshot as never)}::jsonb, ${r.machine_version}::int, ${r.request_id}::text,
+           ${jsonb(sql, r.inputs)}::jsonb, ${jsonb(sql, r.snapshot)}::jsonb, ${r.machine_version}::int, ${r.request_id}::text,
            parent.id, ${r.parent_node}::text, ${r.item_index}::int, ${r.depth}::int, ${traceJson(sql)}::jsonb
     from parent
     on conflict (parent_run_id, parent_node, coalesce(item_index, -1)) where parent_run_id is not null do nothing
@@ -227,7 +228,7 @@ export async function writeEnds(sql: Sql, ends: RunEnd[]): Promise<RunRow[]> {
   const rows = ends.map((e) => ({ ...e, event_id: e.outbox ? newId('evt') : null }))
   return sql<RunRow[]>`
     with x as (
-      select * from jsonb_to_recordset(${sql.json(rows as never)})
+      select * from jsonb_to_recordset(${jsonb(sql, rows)})
         as x(id text, next_seq integer, status text, snapshot jsonb, outputs jsonb, error jsonb, log jsonb, outbox jsonb, event_id text)),
     u as (
       update runs r set
@@ -285,12 +286,12 @@ export async function writeTransition(
   const f = w.finished
   const set = sql`
       status = ${w.status},
-      waiting = ${w.waiting === undefined ? sql`waiting` : w.waiting === null ? null : sql.json(w.waiting as never)},
+      waiting = ${w.waiting === undefined ? sql`waiting` : w.waiting === null ? null : jsonb(sql, w.waiting)},
       wake_at = ${w.wake ? null : sql`wake_at`},
-      snapshot = ${w.snapshot ? sql.json(w.snapshot as never) : sql`snapshot`},
-      usage = ${sql.json(w.usage as never)},
-      outputs = ${f ? sql.json(f.outputs as never) : sql`outputs`},
-      error = ${f ? sql.json(f.error as never) : sql`error`},
+      snapshot = ${w.snapshot ? jsonb(sql, w.snapshot) : sql`snapshot`},
+      usage = ${jsonb(sql, w.usage)},
+      outputs = ${f ? jsonb(sql, f.outputs) : sql`outputs`},
+      error = ${f ? jsonb(sql, f.error) : sql`error`},
       finished_at = ${f ? sql`now()` : sql`finished_at`},
       duration_ms = ${f ? sql`(extract(epoch from (now() - created_at)) * 1000)::int` : sql`duration_ms`},
       lease_owner = ${f ? null : sql`lease_owner`},
@@ -302,7 +303,7 @@ export async function writeTransition(
   const events = sql`, e as (
       insert into run_events (run_id, seq, type, data)
       select u.id, u.next_seq - ${log.length} + x.ord::int - 1, x.e->>'type', x.e->'data'
-      from u, jsonb_array_elements(${sql.json(log as never)}) with ordinality as x(e, ord))`
+      from u, jsonb_array_elements(${jsonb(sql, log)}) with ordinality as x(e, ord))`
   return writeRowTransition<RunRow>(sql, {
     table: 'runs',
     set,
@@ -341,6 +342,6 @@ export async function insertRuns(
   await tx`
     insert into runs (id, workflow_id, workflow_version, workspace_id, user_id, status, inputs, snapshot, machine_version, request_id)
     select id, workflow_id, workflow_version, workspace_id, user_id, 'running', inputs, snapshot, machine_version, request_id
-    from jsonb_to_recordset(${tx.json(rows as never)}) as r(id text, workflow_id text, workflow_version integer, workspace_id text,
+    from jsonb_to_recordset(${jsonb(tx, rows)}) as r(id text, workflow_id text, workflow_version integer, workspace_id text,
       user_id text, inputs jsonb, snapshot jsonb, machine_version integer, request_id text)`
 }

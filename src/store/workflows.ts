@@ -1,6 +1,7 @@
 import { notFound } from '../lib/errors'
 import type { ListQuery } from '../lib/lists'
 import type { Sql, Tx } from './db'
+import { jsonb } from './db'
 import { inWorkspaces, listClauses, type WorkspaceScope } from './lists'
 
 /**
@@ -59,10 +60,10 @@ export async function insertWorkflow(
 ): Promise<WorkflowRow> {
   const [row] = await tx<WorkflowRow[]>`
     insert into workflows (id, workspace_id, name, description, graph, created_by)
-    values (${w.id}, ${w.workspace_id}, ${w.name}, ${w.description}, ${tx.json(w.graph as never)}, ${w.created_by})
+    values (${w.id}, ${w.workspace_id}, ${w.name}, ${w.description}, ${jsonb(tx, w.graph)}, ${w.created_by})
     returning *`
   await tx`insert into workflow_versions (workflow_id, version, graph, created_at)
-    values (${row!.id}, ${row!.version}, ${tx.json(w.graph as never)}, ${row!.created_at})`
+    values (${row!.id}, ${row!.version}, ${jsonb(tx, w.graph)}, ${row!.created_at})`
   return row!
 }
 
@@ -87,14 +88,14 @@ export async function updateWorkflow(
     update workflows set
       name = ${w.name},
       description = ${w.description},
-      graph = ${tx.json(w.graph as never)},
+      graph = ${jsonb(tx, w.graph)},
       version = version + 1,
       updated_at = now()
     where id = ${id}
     returning *`
   if (!row) throw notFound('workflow', id)
   await tx`insert into workflow_versions (workflow_id, version, graph, created_at)
-    values (${id}, ${row.version}, ${tx.json(w.graph as never)}, ${row.updated_at})`
+    values (${id}, ${row.version}, ${jsonb(tx, w.graph)}, ${row.updated_at})`
   return row
 }
 
