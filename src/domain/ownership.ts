@@ -22,25 +22,26 @@ export async function access(deps: Pick<Deps, 'db'>, caller: Caller, id: string,
  * so its existence never leaks; visible but not allowed answers 403.
  */
 export async function loadOwned<R extends { workspace_id: string }>(
-  sql: Sql,
+  deps: Pick<Deps, 'db'>,
   caller: Caller,
   what: string,
   id: string,
   action: Action,
   find: (sql: Sql, id: string) => Promise<R | null>,
 ): Promise<R> {
-  return (await loadOwnedWithRole(sql, caller, what, id, action, find)).row
+  return (await loadOwnedWithRole(deps, caller, what, id, action, find)).row
 }
 
 /** `loadOwned`, with the caller's effective role in the resource's workspace (one access query for both). */
 export async function loadOwnedWithRole<R extends { workspace_id: string }>(
-  sql: Sql,
+  deps: Pick<Deps, 'db'>,
   caller: Caller,
   what: string,
   id: string,
   action: Action,
   find: (sql: Sql, id: string) => Promise<R | null>,
 ): Promise<{ row: R; role: EffectiveRole }> {
+  const sql = deps.db.sql
   const row = await find(sql, id)
   if (!row) throw notFound(what, id)
   try {

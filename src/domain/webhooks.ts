@@ -54,7 +54,7 @@ function checkEvents(events: string[]): string[] {
 
 /** Loads a webhook the caller may act on; one it may not see answers 404 for the webhook itself. */
 export function loadWebhook(deps: Pick<Deps, 'db'>, caller: Caller, id: string, action: Action): Promise<store.WebhookRow> {
-  return loadOwned(deps.db.sql, caller, 'webhook', id, action, store.findWebhook)
+  return loadOwned(deps, caller, 'webhook', id, action, store.findWebhook)
 }
 
 export async function registerWebhook(

@@ -23,7 +23,7 @@ const TITLE_CHARS = 80
  */
 export async function prepareTurn(deps: Deps, caller: Caller, agentId: string, input: ChatInput, requestId: string): Promise<Turn> {
   const sql = deps.db.sql
-  const { row: agent, role } = await loadOwnedWithRole(sql, caller, 'agent', agentId, 'use', store.findAgent)
+  const { row: agent, role } = await loadOwnedWithRole(deps, caller, 'agent', agentId, 'use', store.findAgent)
   // Below developer, a caller's conversations are those of its own user_id.
   const ownOnly = onlyUserOf(caller, role) !== null
   if (input.workspace_id !== undefined && input.workspace_id !== agent.workspace_id) throw notFound('agent', agentId)

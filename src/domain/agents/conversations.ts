@@ -6,7 +6,7 @@ import { onlyUserOf, type Action, type Caller } from '../access'
 import { loadOwnedWithRole } from '../ownership'
 
 export async function loadConversation(deps: Deps, caller: Caller, id: string, action: Action): Promise<store.ConversationRow> {
-  const { row: conv, role } = await loadOwnedWithRole(deps.db.sql, caller, 'conversation', id, action, store.findConversation)
+  const { row: conv, role } = await loadOwnedWithRole(deps, caller, 'conversation', id, action, store.findConversation)
   const onlyUser = onlyUserOf(caller, role)
   if (onlyUser !== null && conv.user_id !== onlyUser) throw notFound('conversation', id)
   return conv
@@ -14,7 +14,7 @@ export async function loadConversation(deps: Deps, caller: Caller, id: string, a
 
 /** An agent's conversations, newest activity first by default; `user_id` narrows them to one user. */
 export async function listConversations(deps: Deps, caller: Caller, agentId: string, userId: string | undefined, q: ListQuery): Promise<store.ConversationRow[]> {
-  const { row: agent, role } = await loadOwnedWithRole(deps.db.sql, caller, 'agent', agentId, 'read', store.findAgent)
+  const { row: agent, role } = await loadOwnedWithRole(deps, caller, 'agent', agentId, 'read', store.findAgent)
   const onlyUser = onlyUserOf(caller, role)
   if (onlyUser !== null && userId !== undefined && userId !== onlyUser) return []
   return store.listConversations(deps.db.sql, agent.id, onlyUser ?? userId ?? null, q)

@@ -38,7 +38,7 @@ export type AgentPatch = Partial<AgentInput>
 
 /** An agent the caller may take `action` on; one of a workspace it may not see is 404. */
 export function loadAgent(deps: Deps, caller: Caller, id: string, action: Action): Promise<store.AgentRow> {
-  return loadOwned(deps.db.sql, caller, 'agent', id, action, store.findAgent)
+  return loadOwned(deps, caller, 'agent', id, action, store.findAgent)
 }
 
 export async function createAgent(deps: Deps, caller: Caller, workspaceId: string, input: AgentInput, key?: WriteKey): Promise<store.AgentRow> {

@@ -31,7 +31,7 @@ export interface KnowledgeBasePatchInput extends Partial<Omit<KnowledgeBaseInput
 
 /** A base the caller may take `action` on; another workspace's answers 404. */
 export function loadKnowledgeBase(deps: Deps, caller: Caller, id: string, action: Action): Promise<store.KnowledgeBaseRow> {
-  return loadOwned(deps.db.sql, caller, 'knowledge base', id, action, store.findKnowledgeBase)
+  return loadOwned(deps, caller, 'knowledge base', id, action, store.findKnowledgeBase)
 }
 
 /** A model of the catalogue, its errors naming the request's field (`embedding_model`, `rerank_model`). */

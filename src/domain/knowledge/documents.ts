@@ -23,7 +23,7 @@ type Snapshot = Persisted<DocumentContext>
 export const originalKey = (d: { knowledge_base_id: string; id: string }) => `${d.knowledge_base_id}/${d.id}`
 
 export function loadDocument(deps: Deps, caller: Caller, id: string, action: 'read' | 'build'): Promise<store.DocumentRow> {
-  return loadOwned(deps.db.sql, caller, 'document', id, action, store.findDocument)
+  return loadOwned(deps, caller, 'document', id, action, store.findDocument)
 }
 
 function checkMetadata(raw: unknown): Record<string, unknown> {

@@ -25,7 +25,7 @@ export async function createRun(
   requestId: string,
   key?: WriteKey,
 ): Promise<runs.RunRow> {
-  const { row: wf, role } = await loadOwnedWithRole(deps.db.sql, caller, 'workflow', workflowId, 'use', findWorkflow)
+  const { row: wf, role } = await loadOwnedWithRole(deps, caller, 'workflow', workflowId, 'use', findWorkflow)
   const only = onlyUserOf(caller, role)
   if (only !== null && body.user_id !== undefined && body.user_id !== only) {
     throw new AppError('forbidden', `below the developer role a key triggers runs as its own user_id (${only}), not ${body.user_id}`, { param: 'user_id' })
@@ -58,7 +58,7 @@ export async function startRun(
 
 /** A run the caller may see (role `read` in its workspace); another workspace's run is 404. */
 export function loadRun(deps: Deps, caller: Caller, runId: string, action: 'read' | 'use' = 'read'): Promise<runs.RunRow> {
-  return loadOwned(deps.db.sql, caller, 'run', runId, action, runs.findRun)
+  return loadOwned(deps, caller, 'run', runId, action, runs.findRun)
 }
 
 export async function listRuns(deps: Deps, caller: Caller, workflowId: string, q: ListQuery) {
@@ -78,7 +78,7 @@ export async function listAllRuns(deps: Deps, caller: Caller, workspaceId: strin
  * next guarded write waits for it and then finds its run cancelled.
  */
 export async function cancelRun(deps: Deps, caller: Caller, runId: string): Promise<runs.RunRow> {
-  const { row: found, role } = await loadOwnedWithRole(deps.db.sql, caller, 'run', runId, 'use', runs.findRun)
+  const { row: found, role } = await loadOwnedWithRole(deps, caller, 'run', runId, 'use', runs.findRun)
   const only = onlyUserOf(caller, role)
   if (only !== null && found.user_id !== only) {
     throw new AppError('forbidden', `below the developer role a key cancels only its own user_id's runs; run ${runId} is ${found.user_id}'s`)
@@ -98,7 +98,7 @@ export async function cancelRun(deps: Deps, caller: Caller, runId: string): Prom
  * does not wait (any more): answered already, timed out, or the run ended.
  */
 export async function submitInput(deps: Deps, caller: Caller, runId: string, body: { node: string; data?: unknown }): Promise<runs.RunRow> {
-  const { row: found, role } = await loadOwnedWithRole(deps.db.sql, caller, 'run', runId, 'use', runs.findRun)
+  const { row: found, role } = await loadOwnedWithRole(deps, caller, 'run', runId, 'use', runs.findRun)
   const only = onlyUserOf(caller, role)
   if (only !== null && found.user_id !== only) {
     throw new AppError('forbidden', `below the developer role a key answers only its own user_id's runs; run ${runId} is ${found.user_id}'s`)

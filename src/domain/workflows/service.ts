@@ -22,7 +22,7 @@ export interface WorkflowInput {
  * a workspace it may not see answers 404 for the workflow itself, so its existence never leaks.
  */
 export function loadWorkflow(deps: Pick<Deps, 'db'>, caller: Caller, id: string, action: Action): Promise<store.WorkflowRow> {
-  return loadOwned(deps.db.sql, caller, 'workflow', id, action, store.findWorkflow)
+  return loadOwned(deps, caller, 'workflow', id, action, store.findWorkflow)
 }
 
 export async function createWorkflow(deps: Pick<Deps, 'db'>, caller: Caller, workspaceId: string, input: WorkflowInput, key?: WriteKey): Promise<store.WorkflowRow> {

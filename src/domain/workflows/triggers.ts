@@ -34,7 +34,7 @@ export const newHookToken = () => randomBase62(43)
 
 /** A trigger the caller may take `action` on; one it may not see answers 404 for the trigger itself. */
 export function loadTrigger(deps: Deps, caller: Caller, id: string, action: Action): Promise<store.TriggerRow> {
-  return loadOwned(deps.db.sql, caller, 'trigger', id, action, store.findTrigger)
+  return loadOwned(deps, caller, 'trigger', id, action, store.findTrigger)
 }
 
 export async function createTrigger(deps: Deps, caller: Caller, workflowId: string, input: TriggerInput, key?: WriteKey): Promise<store.TriggerRow> {
