@@ -1,5 +1,8 @@
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { TEST_TIMEOUT_MS } from '../helpers/timeouts'
 import { circles, importGraph, layerBreaches, longFiles, longFunctions } from '../../scripts/layers'
+
+setDefaultTimeout(TEST_TIMEOUT_MS)
 
 // The shape of src/ that docs/architecture.md ("Layers") promises a reader: `bun run layers` prints
 // the same findings with their paths.
