@@ -245,7 +245,10 @@ describe.skipIf(!adminUrl)('the database unreachable (server mode)', () => {
     for (const s of sockets) s.end()
     sockets.clear()
   }
-  const dbCall = (method: string, path: string, body?: unknown) => apiCall(db, KEY, method, path, body)
+  // A connection of its own per call: the outage makes the service answer slowly and close idle
+  // connections, and a pooled one it closed meanwhile failed a later call with ECONNRESET before
+  // the request was even sent (seen on a busy CI machine).
+  const dbCall = (method: string, path: string, body?: unknown) => apiCall(db, KEY, method, path, body, { keepalive: false })
 
   beforeAll(async () => {
     const admin = Bun.spawnSync(['psql', adminUrl!, '-qc', `drop database if exists ${dbName}`, '-c', `create database ${dbName}`])

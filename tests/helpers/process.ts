@@ -166,11 +166,18 @@ export async function fetchService(sp: { url: string; output?: () => string }, p
  * A request to a service subprocess with `Authorization: Bearer <key>` (none when `key` is null),
  * `body` sent as JSON; the answer's body parsed as JSON when it is JSON, else the text.
  */
-export async function apiCall(sp: { url: string; output?: () => string }, key: string | null, method: string, path: string, body?: unknown): Promise<{ status: number; headers: Headers; body: any }> {
+export async function apiCall(
+  sp: { url: string; output?: () => string },
+  key: string | null,
+  method: string,
+  path: string,
+  body?: unknown,
+  init: Pick<RequestInit, 'keepalive'> = {},
+): Promise<{ status: number; headers: Headers; body: any }> {
   const headers: Record<string, string> = {}
   if (key !== null) headers.authorization = `Bearer ${key}`
   if (body !== undefined) headers['content-type'] = 'application/json'
-  const { res, text } = await fetchService(sp, path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) })
+  const { res, text } = await fetchService(sp, path, { ...init, method, headers, body: body === undefined ? undefined : JSON.stringify(body) })
   let parsed: any = text
   try {
     parsed = JSON.parse(text)
