@@ -111,12 +111,12 @@ const SUBSCHEMAS = ['items', 'additionalProperties', 'not', 'contains']
 const SUBSCHEMA_LISTS = ['anyOf', 'oneOf', 'allOf', 'prefixItems']
 
 /** Every schema in `node` that constrains nothing becomes "any JSON value" spelled out, its annotations kept. */
-function anyValueSpelledOut(node: any): any {
+function anyValueSpelledOut<T>(node: T): T {
   if (!node || typeof node !== 'object' || Array.isArray(node)) return node
-  const out: Record<string, unknown> = { ...node }
+  const out: Record<string, unknown> = { ...(node as Record<string, unknown>) }
   for (const key of SUBSCHEMA_MAPS) if (out[key] && typeof out[key] === 'object') out[key] = Object.fromEntries(Object.entries(out[key] as object).map(([k, v]) => [k, anyValueSpelledOut(v)]))
   for (const key of SUBSCHEMAS) if (out[key] && typeof out[key] === 'object') out[key] = anyValueSpelledOut(out[key])
   for (const key of SUBSCHEMA_LISTS) if (Array.isArray(out[key])) out[key] = (out[key] as unknown[]).map(anyValueSpelledOut)
   if (!Object.keys(out).some((k) => CONSTRAINING.has(k))) out.anyOf = ANY_JSON
-  return out
+  return out as T
 }

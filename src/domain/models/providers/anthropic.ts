@@ -71,7 +71,7 @@ export class AnthropicProvider implements Provider {
       created: Math.floor(Date.now() / 1000),
       model: typeof json.model === 'string' ? json.model : req.model,
       choices: [{ index: 0, message, finish_reason: finishOf(answerTool && toolCalls.length === 0 && json.stop_reason === 'tool_use' ? 'end_turn' : json.stop_reason) }],
-      usage: usageOf({ prompt_tokens: promptTokens(u), completion_tokens: u.output_tokens }, req, () => text + toolCalls.map((t) => t.function.name + t.function.arguments).join('')),
+      usage: usageOf({ prompt_tokens: promptTokens(u), completion_tokens: typeof u.output_tokens === 'number' ? u.output_tokens : undefined }, req, () => text + toolCalls.map((t) => t.function.name + t.function.arguments).join('')),
     }
   }
 
@@ -183,9 +183,10 @@ export class AnthropicProvider implements Provider {
 }
 
 /** Cached input is reported apart from `input_tokens`; all of it was read, so all of it is prompt. */
-function promptTokens(u: Record<string, any>): number | undefined {
+function promptTokens(u: Record<string, unknown>): number | undefined {
   if (typeof u.input_tokens !== 'number') return undefined
-  return u.input_tokens + (u.cache_creation_input_tokens ?? 0) + (u.cache_read_input_tokens ?? 0)
+  const count = (v: unknown) => (typeof v === 'number' ? v : 0)
+  return u.input_tokens + count(u.cache_creation_input_tokens) + count(u.cache_read_input_tokens)
 }
 
 function finishOf(stop: unknown): FinishReason | null {

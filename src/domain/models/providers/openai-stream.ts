@@ -208,7 +208,8 @@ class ChunkBatches {
     // OpenAI reports a failure after the 200 as `data: {"error": {...}}`.
     if (isObject(chunk) && isObject(chunk.error)) throw malformed(this.p, `error mid-stream: ${String(chunk.error.message ?? 'unknown')}`)
     if (!isObject(chunk) || !Array.isArray(chunk.choices)) throw malformed(this.p, 'a chunk without choices')
-    return chunk as ChatChunk
+    // Checked as far as the relay reads it; the rest is passed on as the upstream wrote it.
+    return chunk as unknown as ChatChunk
   }
 }
 

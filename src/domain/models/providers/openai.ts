@@ -44,7 +44,8 @@ export class OpenAIProvider implements Provider {
     if (!isObject(json) || !Array.isArray(json.choices) || !json.choices.every((c) => isObject(c) && isObject(c.message))) {
       throw malformed(this.p, 'no choices[].message in the chat completion')
     }
-    const completion = json as ChatCompletion
+    // Checked as far as the gateway reads it (choices[].message); the rest is the upstream's own.
+    const completion = json as unknown as ChatCompletion
     completion.object ??= 'chat.completion'
     completion.model ??= req.model
     completion.created ??= Math.floor(Date.now() / 1000)

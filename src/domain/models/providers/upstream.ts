@@ -90,8 +90,10 @@ export function retryAfterMs(headers: Headers): number | undefined {
  */
 function upstreamMessage(text: string): string {
   try {
-    const json = JSON.parse(text) as any
-    const m = json?.error?.message ?? (typeof json?.error === 'string' ? json.error : undefined) ?? json?.message ?? json?.detail
+    const json: unknown = JSON.parse(text)
+    if (!isObject(json)) return text.trim() || '(empty body)'
+    const error = json.error
+    const m = (isObject(error) ? error.message : typeof error === 'string' ? error : undefined) ?? json.message ?? json.detail
     if (typeof m === 'string' && m) return m
   } catch {}
   return text.trim() || '(empty body)'
@@ -278,6 +280,6 @@ export class DataSplitter {
   }
 }
 
-export function isObject(v: unknown): v is Record<string, any> {
+export function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v)
 }
