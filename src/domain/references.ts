@@ -10,13 +10,13 @@ import { findWorkflow, type WorkflowRow } from '../store/workflows'
  * workspace's resource and a missing one answer the same 400 naming the field, so a caller learns
  * nothing of other workspaces (docs/workflows.md, "knowledge_retrieval"; docs/agents.md).
  */
-export async function knowledgeBaseIn(deps: Pick<Deps, 'db'>, workspaceId: string, id: string, param: string): Promise<KnowledgeBaseRow> {
+export async function workspaceKnowledgeBase(deps: Pick<Deps, 'db'>, workspaceId: string, id: string, param: string): Promise<KnowledgeBaseRow> {
   const kb = await findKnowledgeBase(deps.db.sql, id)
   if (!kb || kb.workspace_id !== workspaceId) throw invalid(param, `knowledge base ${id} not found in workspace ${workspaceId}`)
   return kb
 }
 
-export async function workflowIn(deps: Pick<Deps, 'db'>, workspaceId: string, id: string, param: string): Promise<WorkflowRow> {
+export async function workspaceWorkflow(deps: Pick<Deps, 'db'>, workspaceId: string, id: string, param: string): Promise<WorkflowRow> {
   const wf = await findWorkflow(deps.db.sql, id)
   if (!wf || wf.workspace_id !== workspaceId) throw invalid(param, `workflow ${id} not found in workspace ${workspaceId}`)
   return wf

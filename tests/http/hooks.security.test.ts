@@ -23,7 +23,7 @@ let objectWf: string
 
 const graphOf = (inputs: unknown[]) => chain(start(inputs), end({}))
 
-async function workflowIn(harness: Harness, key: string, workspaceId: string, inputs: unknown[]): Promise<string> {
+async function workspaceWorkflow(harness: Harness, key: string, workspaceId: string, inputs: unknown[]): Promise<string> {
   const res = await harness.call('POST', '/v1/workflows', { key, body: { workspace_id: workspaceId, name: 'Hooks', graph: graphOf(inputs) } })
   expect(res.status).toBe(201)
   return res.body.data.id
@@ -48,8 +48,8 @@ beforeAll(async () => {
   ])
   owner = await keyFor(h, 'hook-owner')
   ws = await workspaceOf(h, owner, 'Hooks')
-  wf = await workflowIn(h, owner, ws, [{ name: 'who', type: 'string' }])
-  objectWf = await workflowIn(h, owner, ws, [{ name: 'all', type: 'object', required: false }, { name: 'who', type: 'string', required: false }])
+  wf = await workspaceWorkflow(h, owner, ws, [{ name: 'who', type: 'string' }])
+  objectWf = await workspaceWorkflow(h, owner, ws, [{ name: 'all', type: 'object', required: false }, { name: 'who', type: 'string', required: false }])
 }, 120_000)
 afterAll(async () => {
   await Promise.all([h?.close(), flood?.close()])
@@ -156,7 +156,7 @@ describe('wrong tokens are refused per address before any lookup', () => {
   test('20 wrong URLs are 404, then 429 with Retry-After; after that no call reaches the database', async () => {
     const key = await keyFor(flood, 'flood-owner')
     const space = await workspaceOf(flood, key, 'Flood')
-    const flow = await workflowIn(flood, key, space, [{ name: 'who', type: 'string' }])
+    const flow = await workspaceWorkflow(flood, key, space, [{ name: 'who', type: 'string' }])
     const good = await webhook({ inputs: { who: '{{body.who}}' } }, flow, flood, key)
     // Every statement of the hook route goes through deps.db.sql (store/triggers.ts): counted here
     // as it passes to the real database, unchanged.

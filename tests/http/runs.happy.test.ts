@@ -86,7 +86,7 @@ describe('GET /v1/runs: every run the caller can read', () => {
   let failedA: string
   let outsiderRun: string
 
-  const workflowIn = async (key: string, ws: string, name: string, graph = chain(start(), tpl('a', 'x'), end({}))) => {
+  const workspaceWorkflow = async (key: string, ws: string, name: string, graph = chain(start(), tpl('a', 'x'), end({}))) => {
     const res = await env.h.call('POST', '/v1/workflows', { key, body: { workspace_id: ws, name, graph } })
     expect(res.status).toBe(201)
     return res.body.data.id as string
@@ -110,15 +110,15 @@ describe('GET /v1/runs: every run the caller can read', () => {
     wsB = await workspaceOf(env.h, lister, 'Lister B')
     const added = await env.h.call('POST', `/v1/workspaces/${wsA}/members`, { key: lister, body: { user_id: 'runs-reader', role: 'readonly' } })
     expect(added.status).toBe(201)
-    wfA = await workflowIn(lister, wsA, 'A')
-    wfB = await workflowIn(lister, wsB, 'B')
-    const failing = await workflowIn(lister, wsA, 'A failing', chain(start(), { id: 'call', type: 'http_request', config: { method: 'GET', url: 'http://127.0.0.1:1/nothing' } }, end({})))
+    wfA = await workspaceWorkflow(lister, wsA, 'A')
+    wfB = await workspaceWorkflow(lister, wsB, 'B')
+    const failing = await workspaceWorkflow(lister, wsA, 'A failing', chain(start(), { id: 'call', type: 'http_request', config: { method: 'GET', url: 'http://127.0.0.1:1/nothing' } }, end({})))
     for (let i = 0; i < 3; i++) runsA.push(await run(lister, wfA, i === 0 ? 'end-user-1' : undefined))
     failedA = await run(lister, failing)
     runsA.push(failedA)
     for (let i = 0; i < 2; i++) runsB.push(await run(lister, wfB))
     const elsewhere = await workspaceOf(env.h, env.outsider, 'Outsider runs')
-    outsiderRun = await run(env.outsider, await workflowIn(env.outsider, elsewhere, 'O'))
+    outsiderRun = await run(env.outsider, await workspaceWorkflow(env.outsider, elsewhere, 'O'))
   })
 
   test('no parameters, a user in two workspaces: the runs of both, newest first, flat items', async () => {
@@ -197,7 +197,7 @@ describe('GET /v1/runs: every run the caller can read', () => {
   })
 
   test('sorted by finished_at, running runs (finished_at null) count as the latest and pages cross them', async () => {
-    const parked = await workflowIn(lister, wsB, 'B waiting', chain(start(), wait('pause', 60), end({})))
+    const parked = await workspaceWorkflow(lister, wsB, 'B waiting', chain(start(), wait('pause', 60), end({})))
     const running: string[] = []
     for (let i = 0; i < 3; i++) {
       const res = await env.h.call('POST', `/v1/workflows/${parked}/runs?async=true`, { key: lister, body: {} })

@@ -30,7 +30,7 @@ async function call(harness: Harness, method: string, path: string, opts: CallOp
   return res
 }
 
-async function workflowIn(harness: Harness, key: string, workspaceId: string): Promise<string> {
+async function workspaceWorkflow(harness: Harness, key: string, workspaceId: string): Promise<string> {
   const res = await call(harness, 'POST', '/v1/workflows', { key, body: { workspace_id: workspaceId, name: 'Secure', graph: chain(start([{ name: 'who', type: 'string' }]), end({})) } })
   expect(res.status).toBe(201)
   return res.body.data.id
@@ -57,7 +57,7 @@ beforeAll(async () => {
   ])
   owner = await keyFor(h, 'sec-owner')
   ws = await workspaceOf(h, owner, 'Secure')
-  wf = await workflowIn(h, owner, ws)
+  wf = await workspaceWorkflow(h, owner, ws)
 }, 120_000)
 afterAll(async () => {
   await Promise.all([h?.close(), tight?.close()])
@@ -148,7 +148,7 @@ describe('rate limit per trigger', () => {
   test('a flood gets 429 with Retry-After; another trigger is not affected', async () => {
     const key = await keyFor(tight, 'flood-owner')
     const space = await workspaceOf(tight, key, 'Flood')
-    const flow = await workflowIn(tight, key, space)
+    const flow = await workspaceWorkflow(tight, key, space)
     const [a, b] = [await trigger(tight, key, flow, { type: 'webhook', inputs: { who: '{{body.who}}' } }), await trigger(tight, key, flow, { type: 'webhook', inputs: { who: '{{body.who}}' } })]
     const statuses: number[] = []
     let limited: Answer | undefined

@@ -5,7 +5,7 @@ import type { ListQuery } from '../../lib/lists'
 import { checkUrlShape, UnsafeUrlError } from '../../lib/net-guard'
 import * as store from '../../store/agents'
 import type { Action, Caller } from '../access'
-import { knowledgeBaseIn, workflowIn } from '../references'
+import { workspaceKnowledgeBase, workspaceWorkflow } from '../references'
 import { inputSpec } from '../workflows/graph'
 import { access, listScope, loadOwned } from '../ownership'
 import { checkServerUrl, HEADER_KEPT } from './mcp-client'
@@ -140,16 +140,16 @@ async function checkDefinition(deps: Deps, workspaceId: string, a: store.AgentFi
   const spec = deps.models.list().find((m) => m.id === a.model)
   if (!spec) throw invalid('model', `unknown model ${a.model}; GET /v1/models lists them`)
   if (spec.type !== 'llm') throw invalid('model', `model ${a.model} is of type ${spec.type}, not llm`)
-  for (const [i, id] of a.knowledge_base_ids.entries()) await knowledgeBaseIn(deps, workspaceId, id, `knowledge_base_ids[${i}]`)
+  for (const [i, id] of a.knowledge_base_ids.entries()) await workspaceKnowledgeBase(deps, workspaceId, id, `knowledge_base_ids[${i}]`)
   if (a.type === 'chatflow') {
     if (!a.workflow_id) throw invalid('workflow_id', 'is required for a chatflow agent')
-    const wf = await workflowIn(deps, workspaceId, a.workflow_id, 'workflow_id')
+    const wf = await workspaceWorkflow(deps, workspaceId, a.workflow_id, 'workflow_id')
     const message = inputSpec(wf.graph).find((s) => s.name === 'message')
     if (!message || message.type !== 'string') {
       throw invalid('workflow_id', `workflow ${a.workflow_id} must declare a string input "message" (the user's message) to answer a chatflow`)
     }
   } else if (a.workflow_id) {
-    await workflowIn(deps, workspaceId, a.workflow_id, 'workflow_id')
+    await workspaceWorkflow(deps, workspaceId, a.workflow_id, 'workflow_id')
   }
   const names = new Set<string>()
   const policy = { allowHttp: deps.config.webhookAllowHttp, allowPrivate: deps.config.webhookAllowPrivateNetworks }
@@ -158,7 +158,7 @@ async function checkDefinition(deps: Deps, workspaceId: string, a: store.AgentFi
     if (tool.type === 'knowledge_search' && a.knowledge_base_ids.length === 0) {
       throw invalid(at, 'a knowledge_search tool needs knowledge_base_ids to search')
     }
-    if (tool.type === 'workflow') await workflowIn(deps, workspaceId, tool.workflow_id, `${at}.workflow_id`)
+    if (tool.type === 'workflow') await workspaceWorkflow(deps, workspaceId, tool.workflow_id, `${at}.workflow_id`)
     if (tool.type === 'http') {
       try {
         checkUrlShape(tool.url.replace(/\{[A-Za-z_][A-Za-z0-9_]*\}/g, 'x'), policy)

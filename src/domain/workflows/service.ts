@@ -6,7 +6,7 @@ import { recorded, type WriteKey } from '../../store/idempotent-writes'
 import * as store from '../../store/workflows'
 import type { Action, Caller } from '../access'
 import { access, listScope, loadOwned } from '../ownership'
-import { agentNodeTarget, knowledgeBaseIn, workflowIn } from '../references'
+import { agentNodeTarget, workspaceKnowledgeBase, workspaceWorkflow } from '../references'
 import { AppError } from '../../lib/errors'
 import { validateGraph } from './graph'
 import type { Graph, NodeType } from './types'
@@ -71,9 +71,9 @@ export async function deleteWorkflow(deps: Pick<Deps, 'db'>, caller: Caller, id:
  */
 type CheckIn = (deps: Pick<Deps, 'db'>, workspaceId: string, id: string, param: string) => Promise<unknown>
 const REFERENCES: Partial<Record<NodeType, { key: string; check: CheckIn }[]>> = {
-  knowledge_retrieval: [{ key: 'knowledge_base_ids', check: knowledgeBaseIn }],
-  sub_workflow: [{ key: 'workflow_id', check: workflowIn }],
-  iteration: [{ key: 'workflow_id', check: workflowIn }],
+  knowledge_retrieval: [{ key: 'knowledge_base_ids', check: workspaceKnowledgeBase }],
+  sub_workflow: [{ key: 'workflow_id', check: workspaceWorkflow }],
+  iteration: [{ key: 'workflow_id', check: workspaceWorkflow }],
   agent: [{ key: 'agent_id', check: agentNodeTarget }],
 }
 
