@@ -18,11 +18,24 @@ beforeAll(async () => {
 }, 30_000)
 afterAll(() => h.close())
 
+/**
+ * Each workspace made here gets a created_at of its own, a millisecond after the one made before it:
+ * two made in the same millisecond are ordered by id, and ids made within one millisecond are in no
+ * particular order (docs/api.md, "Ids"), so "newest first" is the reverse of creation only when no
+ * two share one. Ties have a test of their own below.
+ */
+let made = 0
+async function madeWorkspace(key: string, name: string): Promise<string> {
+  const id = await workspaceOf(h, key, name)
+  await h.deps.db.sql`update workspaces set created_at = ${new Date(Date.UTC(2026, 0, 1) + made++)} where id = ${id}`
+  return id
+}
+
 /** A user of its own with `n` workspaces named by `name(i)`; a list with its key sees only those. */
 async function userWith(user: string, n: number, name = (i: number) => `${user} ${String(i).padStart(2, '0')}`) {
   const key = await keyFor(h, user)
   const ids: string[] = []
-  for (let i = 0; i < n; i++) ids.push(await workspaceOf(h, key, name(i)))
+  for (let i = 0; i < n; i++) ids.push(await madeWorkspace(key, name(i)))
   return { key, ids }
 }
 
@@ -64,7 +77,7 @@ describe('pagination', () => {
     const { key, ids: created } = await userWith('inserter', 25)
     const added: string[] = []
     const pages = await walk(key, 'limit=7', async () => {
-      for (let i = 0; i < 3; i++) added.push(await workspaceOf(h, key, `inserted ${added.length}`))
+      for (let i = 0; i < 3; i++) added.push(await madeWorkspace(key, `inserted ${added.length}`))
     })
     const seen = ids(pages.flat())
     // The new rows are newer than the cursor, so they belong before it and never show up.
@@ -78,7 +91,7 @@ describe('pagination', () => {
     const { key, ids: created } = await userWith('ascender', 15)
     const added: string[] = []
     const pages = await walk(key, 'limit=4&sort=created_at', async (n) => {
-      if (n <= 3) added.push(await workspaceOf(h, key, `late ${n}`))
+      if (n <= 3) added.push(await madeWorkspace(key, `late ${n}`))
     })
     const seen = ids(pages.flat())
     expect(new Set(seen).size).toBe(seen.length)
