@@ -1,10 +1,9 @@
-import type { Config } from '../config'
 import type { Deps } from '../deps'
 import { safeEqual } from '../lib/crypto'
 import { AppError, invalid } from '../lib/errors'
 import { newId } from '../lib/ids'
 import type { ListQuery } from '../lib/lists'
-import { resolveDestination, UnsafeUrlError, type UrlPolicy } from '../lib/net-guard'
+import { resolveDestination, UnsafeUrlError, urlPolicy, type UrlPolicy } from '../lib/net-guard'
 import * as deliveries from '../store/deliveries'
 import { emit, markEventsDispatched } from '../store/events'
 import { recorded, type WriteKey } from '../store/idempotent-writes'
@@ -30,10 +29,6 @@ export const EVENT_TYPES = [
 
 /** After a rotation the old secret keeps signing beside the new one this long (24 h). */
 export const ROTATION_OVERLAP_MS = 86_400_000
-
-export function urlPolicy(config: Config): UrlPolicy {
-  return { allowHttp: config.webhookAllowHttp, allowPrivate: config.webhookAllowPrivateNetworks }
-}
 
 async function checkUrl(url: string, policy: UrlPolicy): Promise<string> {
   try {

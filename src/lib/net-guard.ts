@@ -14,6 +14,11 @@ export interface UrlPolicy {
   allowPrivate: boolean
 }
 
+/** The rule the operator set for every outgoing call to a client's URL (WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE_NETWORKS). */
+export function urlPolicy(config: { webhookAllowHttp: boolean; webhookAllowPrivateNetworks: boolean }): UrlPolicy {
+  return { allowHttp: config.webhookAllowHttp, allowPrivate: config.webhookAllowPrivateNetworks }
+}
+
 export class UnsafeUrlError extends Error {
   override name = 'UnsafeUrlError'
   /** A name that does not resolve now may resolve later; a refused address will not change. */

@@ -6,7 +6,7 @@
 
 /**
  * Words of no language, 144 of them: with four per paragraph each appears in ~3 % of a base's
- * chunks, and a query of two of them matches well under FULLTEXT_POOL (200, src/store/knowledge/search.ts)
+ * chunks, and a query of two of them matches well under FULLTEXT_POOL (100, src/store/knowledge/search.ts)
  * chunks of a base of 1 500, so the full-text list is exact (a word every chunk holds, "paragraph" or
  * "manual", would not be: such queries belong to vector-mode bases only).
  */

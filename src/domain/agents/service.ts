@@ -2,7 +2,7 @@ import type { Deps } from '../../deps'
 import { invalid } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import type { ListQuery } from '../../lib/lists'
-import { checkUrlShape, UnsafeUrlError } from '../../lib/net-guard'
+import { checkUrlShape, UnsafeUrlError, urlPolicy } from '../../lib/net-guard'
 import * as store from '../../store/agents'
 import type { Action, Caller } from '../access'
 import { workspaceKnowledgeBase, workspaceWorkflow } from '../references'
@@ -152,7 +152,7 @@ async function checkDefinition(deps: Deps, workspaceId: string, a: store.AgentFi
     await workspaceWorkflow(deps, workspaceId, a.workflow_id, 'workflow_id')
   }
   const names = new Set<string>()
-  const policy = { allowHttp: deps.config.webhookAllowHttp, allowPrivate: deps.config.webhookAllowPrivateNetworks }
+  const policy = urlPolicy(deps.config)
   for (const [i, tool] of a.tools.entries()) {
     const at = `tools[${i}]`
     if (tool.type === 'knowledge_search' && a.knowledge_base_ids.length === 0) {

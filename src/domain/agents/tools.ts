@@ -1,6 +1,7 @@
 import type { Deps } from '../../deps'
 import { sha256Hex } from '../../lib/crypto'
 import { AppError } from '../../lib/errors'
+import { urlPolicy } from '../../lib/net-guard'
 import type { AgentRow, AgentTool } from '../../store/agents'
 import type { Charge } from '../../store/credits'
 import { findWorkflow } from '../../store/workflows'
@@ -101,7 +102,7 @@ const mcpServer = (deps: Deps, t: McpTool): McpServerSpec => ({
   url: t.server_url,
   sealedHeaders: t.headers_sealed ?? {},
   open: (sealed) => deps.secretBox.open(sealed),
-  policy: { allowHttp: deps.config.webhookAllowHttp, allowPrivate: deps.config.webhookAllowPrivateNetworks },
+  policy: urlPolicy(deps.config),
 })
 
 /** The server's tools (those of `allowed_tools` when given) as `<name>__<tool>`. */
@@ -180,7 +181,7 @@ async function httpCall(tool: Extract<AgentTool, { type: 'http' }>, args: Record
     headers.set('content-type', 'application/json')
     body = JSON.stringify(rest)
   }
-  const policy = { allowHttp: ctx.deps.config.webhookAllowHttp, allowPrivate: ctx.deps.config.webhookAllowPrivateNetworks }
+  const policy = urlPolicy(ctx.deps.config)
   return sendHttp({ method: tool.method, raw: target, headers, body, timeoutMs: HTTP_TIMEOUT_MS, policy, signal: ctx.signal })
 }
 

@@ -1,4 +1,4 @@
-import { pinnedFetch, resolveDestination, UnsafeUrlError, type Destination, type UrlPolicy } from '../../../lib/net-guard'
+import { pinnedFetch, resolveDestination, UnsafeUrlError, urlPolicy, type Destination, type UrlPolicy } from '../../../lib/net-guard'
 import { scrubUrl, shownUrl } from '../../../lib/redact-url'
 import { renderDeep, renderText } from '../templates'
 import { NodeError, type Executor, type Variables } from '../types'
@@ -48,7 +48,7 @@ export const httpRequest: Executor = async (node, ctx) => {
   }
   const body = requestBody(cfg.body, method, headers, ctx.vars)
 
-  const policy: UrlPolicy = { allowHttp: ctx.config.webhookAllowHttp, allowPrivate: ctx.config.webhookAllowPrivateNetworks }
+  const policy = urlPolicy(ctx.config)
   return { output: await sendHttp({ method, raw, headers, body, timeoutMs, policy, signal: ctx.signal }) }
 }
 
