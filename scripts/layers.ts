@@ -94,7 +94,8 @@ export function layerOf(file: string): string {
  */
 export const MAY_IMPORT: Record<string, string[]> = {
   lib: ['lib'],
-  config: ['lib'],
+  env: [],
+  config: ['lib', 'env'],
   machines: ['machines', 'lib'],
   store: ['store', 'lib', 'config', 'machines'],
   deps: ['config', 'lib', 'store', 'domain'],
