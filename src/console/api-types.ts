@@ -347,6 +347,10 @@ export interface components {
             choices: {
                 finish_reason: string | null;
                 index: number;
+                /** @description With logprobs: true, as the provider sent them */
+                logprobs?: {
+                    [key: string]: unknown;
+                } | null;
                 message: {
                     [key: string]: unknown;
                 };
@@ -357,10 +361,20 @@ export interface components {
             /** @constant */
             object: "chat.completion";
             request_id: string;
+            service_tier?: string | null;
+            system_fingerprint?: string | null;
             usage: {
                 completion_tokens: number;
+                /** @description As the provider reported it (cached, reasoning and audio tokens...) */
+                completion_tokens_details?: {
+                    [key: string]: unknown;
+                };
                 credits: number;
                 prompt_tokens: number;
+                /** @description As the provider reported it (cached, reasoning and audio tokens...) */
+                prompt_tokens_details?: {
+                    [key: string]: unknown;
+                };
                 total_tokens: number;
             };
         };

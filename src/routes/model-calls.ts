@@ -4,6 +4,9 @@ import { agentIdOf } from '../domain/agents/completions'
 import { checkAccessAndBudget } from '../domain/budgets'
 import { relayText, type CallContext, type Relayed } from '../domain/models/gateway'
 import type { ModelSpec } from '../domain/models/catalog'
+import { passedChatParams } from '../domain/models/openai-params'
+import { invalid } from '../lib/errors'
+import { isObject } from '../domain/models/providers/upstream'
 import { resolveWorkspaceId } from '../domain/ownership'
 import { agentCompletion } from './agent-completions'
 import { toMessages, type ChatBody, type ChatCompletionView, type OpenAIChatBody } from './models.model'
@@ -52,6 +55,9 @@ export async function chat(deps: Deps, call: ChatCall): Promise<typeof ChatCompl
   const { body, headers, requestId } = call
   const agentId = agentIdOf(body.model)
   if (agentId !== null) {
+    // An agent's model rounds take the sampling parameters only; the others are not dropped silently.
+    const passed = Object.keys(passedChatParams(body) ?? {})[0]
+    if (passed !== undefined) throw invalid(passed, `an agent turn (model ${body.model}) does not take ${passed}; send it to a model (docs/agents.md, "Agents from any OpenAI client")`)
     // Cast: a stream is the SSE Response itself (see below).
     return agentCompletion(deps, { ...call, agentId, model: body.model, body: { ...body, messages: toMessages(body.messages) } }) as never
   }
@@ -60,15 +66,24 @@ export async function chat(deps: Deps, call: ChatCall): Promise<typeof ChatCompl
   // Cast: Elysia types an async handler as a Promise of one answer type (a Response, or a declared body), not of their union.
   if (body.stream) return (await chatStream(deps, call, ctx, model)) as never
   const c = await deps.models.chat(ctx, model, chatRequest(body), call.request.signal ?? new AbortController().signal)
-  // The known fields only: upstreams add their own (system_fingerprint, usage details...).
+  // OpenAI's fields, those an upstream adds (logprobs, system_fingerprint, token details) as it sent them.
   return {
     request_id: requestId,
     id: c.id,
     object: 'chat.completion',
     created: c.created,
     model: c.model,
-    choices: c.choices.map((ch) => ({ index: ch.index, message: { ...ch.message }, finish_reason: ch.finish_reason })),
-    usage: { prompt_tokens: c.usage.prompt_tokens, completion_tokens: c.usage.completion_tokens, total_tokens: c.usage.total_tokens, credits: c.credits },
+    choices: c.choices.map((ch) => ({ index: ch.index, message: { ...ch.message }, finish_reason: ch.finish_reason, ...(ch.logprobs === null || isObject(ch.logprobs) ? { logprobs: ch.logprobs } : {}) })),
+    usage: {
+      prompt_tokens: c.usage.prompt_tokens,
+      completion_tokens: c.usage.completion_tokens,
+      total_tokens: c.usage.total_tokens,
+      credits: c.credits,
+      ...(isObject(c.usage.prompt_tokens_details) ? { prompt_tokens_details: c.usage.prompt_tokens_details } : {}),
+      ...(isObject(c.usage.completion_tokens_details) ? { completion_tokens_details: c.usage.completion_tokens_details } : {}),
+    },
+    ...(typeof c.system_fingerprint === 'string' || c.system_fingerprint === null ? { system_fingerprint: c.system_fingerprint } : {}),
+    ...(typeof c.service_tier === 'string' || c.service_tier === null ? { service_tier: c.service_tier } : {}),
   }
 }
 
@@ -93,6 +108,7 @@ function chatRequest(body: ChatInput) {
     top_p: body.top_p,
     user: body.user,
     response_format: body.response_format ?? undefined,
+    openai: passedChatParams(body),
   }
 }
 

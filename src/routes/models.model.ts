@@ -1,7 +1,8 @@
+import type { TSchema } from '@sinclair/typebox'
 import { t } from 'elysia'
 import type { ModelSpec } from '../domain/models/catalog'
 import type { ChatMessage } from '../domain/models/types'
-import { unsupportedChatParams } from '../domain/models/openai-params'
+import { unsupportedChatParams, type PassedChatParam } from '../domain/models/openai-params'
 import { ResponseFormatSchema } from '../domain/models/response-format'
 import { AppError } from '../lib/errors'
 import { Id } from './common.model'
@@ -56,13 +57,37 @@ export const ChatBody = t.Object(
 )
 
 /**
- * The OpenAI drop-in: the fields above, `max_completion_tokens` (the newer name of `max_tokens`), and the
- * OpenAI parameters this service does not implement, accepted only with their default value (the rest is
- * a 400 naming the parameter: docs/models.md, "OpenAI compatibility"). Unknown fields are a 400, as OpenAI answers.
+ * The OpenAI drop-in: the fields above, the OpenAI parameters passed to the providers that take them,
+ * `max_completion_tokens` (the newer name of `max_tokens`), and the OpenAI parameters this service does
+ * not implement, accepted only with their default value (the rest is a 400 naming the parameter:
+ * docs/models.md, "OpenAI compatibility"). Unknown fields are a 400, as OpenAI answers.
  */
+const nullable = <T extends TSchema>(schema: T) => t.Optional(t.Union([schema, t.Null()]))
+/** The OpenAI parameters passed to the providers that take them (openai-params.ts), each checked for its type only: its values are the provider's to judge. */
+const passedFields = {
+  seed: nullable(t.Integer()),
+  reasoning_effort: nullable(t.String({ maxLength: 32, description: 'Passed to OpenAI-kind providers as sent (minimal, low, medium, high...)' })),
+  logprobs: nullable(t.Boolean()),
+  top_logprobs: nullable(t.Integer({ minimum: 0, maximum: 20 })),
+  presence_penalty: nullable(t.Number({ minimum: -2, maximum: 2 })),
+  frequency_penalty: nullable(t.Number({ minimum: -2, maximum: 2 })),
+  logit_bias: nullable(t.Record(t.String({ pattern: '^[0-9]+$' }), t.Number({ minimum: -100, maximum: 100 }), { additionalProperties: false, description: 'Token ids to biases' })),
+  n: nullable(t.Integer({ minimum: 1, maximum: 128, description: 'Several choices (usage counts them all); OpenAI-kind providers only' })),
+  parallel_tool_calls: nullable(t.Boolean()),
+  metadata: nullable(t.Record(t.String({ maxLength: 64 }), t.String({ maxLength: 512 }))),
+  service_tier: nullable(t.String({ maxLength: 32 })),
+  prediction: nullable(t.Record(t.String(), t.Unknown())),
+  modalities: nullable(t.Array(t.String({ maxLength: 32 }), { maxItems: 4 })),
+  audio: nullable(t.Record(t.String(), t.Unknown())),
+  verbosity: nullable(t.String({ maxLength: 32 })),
+  prompt_cache_key: nullable(t.String({ maxLength: 1024 })),
+  safety_identifier: nullable(t.String({ maxLength: 1024 })),
+} satisfies Record<PassedChatParam, unknown>
+
 export const OpenAIChatBody = t.Object(
   {
     ...chatFields,
+    ...passedFields,
     max_completion_tokens: t.Optional(t.Integer({ minimum: 1, maximum: 1_000_000 })),
     ...Object.fromEntries(unsupportedChatParams.map((p) => [p, t.Optional(t.Unknown({ description: 'Accepted only with its default value' }))])),
     workspace_id: WorkspaceId,
@@ -122,7 +147,8 @@ export function toModel(m: ModelSpec): typeof ModelView.static {
   return out
 }
 
-const UsageView = t.Object({ prompt_tokens: t.Integer(), completion_tokens: t.Integer(), total_tokens: t.Integer(), credits: t.Number() })
+const Details = t.Optional(t.Record(t.String(), t.Unknown(), { description: 'As the provider reported it (cached, reasoning and audio tokens...)' }))
+const UsageView = t.Object({ prompt_tokens: t.Integer(), completion_tokens: t.Integer(), total_tokens: t.Integer(), credits: t.Number(), prompt_tokens_details: Details, completion_tokens_details: Details })
 export const ChatCompletionView = t.Object(
   {
     request_id: t.String(),
@@ -130,8 +156,15 @@ export const ChatCompletionView = t.Object(
     object: t.Literal('chat.completion'),
     created: t.Integer(),
     model: t.String(),
-    choices: t.Array(t.Object({ index: t.Integer(), message: t.Record(t.String(), t.Unknown()), finish_reason: t.Union([t.String(), t.Null()]) })),
+    choices: t.Array(t.Object({
+      index: t.Integer(),
+      message: t.Record(t.String(), t.Unknown()),
+      finish_reason: t.Union([t.String(), t.Null()]),
+      logprobs: t.Optional(t.Union([t.Record(t.String(), t.Unknown()), t.Null()], { description: 'With logprobs: true, as the provider sent them' })),
+    })),
     usage: UsageView,
+    system_fingerprint: t.Optional(t.Union([t.String(), t.Null()])),
+    service_tier: t.Optional(t.Union([t.String(), t.Null()])),
   },
   { description: 'OpenAI chat.completion plus request_id and usage.credits; with stream: true, text/event-stream of chat.completion.chunk objects ending with data: [DONE]' },
 )

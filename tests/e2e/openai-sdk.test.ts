@@ -325,7 +325,7 @@ describe('what the OpenAI wire format has and the service does not do is a 400 n
     expect(err).toBeInstanceOf(OpenAI.NotFoundError)
   })
 
-  test('n: 1 is fine, n: 2 is refused rather than answered with one choice', async () => {
+  test('local-chat: n: 1 is fine, n: 2 is refused rather than answered with one choice (it answers one)', async () => {
     const one = await client.chat.completions.create({ model: 'local-chat', messages: MESSAGES, n: 1 })
     expect(one.choices).toHaveLength(1)
     const err = await thrown(() => client.chat.completions.create({ model: 'local-chat', messages: MESSAGES, n: 2 }))
@@ -337,7 +337,7 @@ describe('what the OpenAI wire format has and the service does not do is a 400 n
     ['presence_penalty', { presence_penalty: 0.5 }],
     ['logprobs', { logprobs: true }],
     ['seed', { seed: 7 }],
-  ])('%s with a value other than the default is refused, naming it', async (param, extra) => {
+  ])('local-chat: %s with a value other than the default is refused, naming it (the local models take none of them)', async (param, extra) => {
     const err = await thrown(() => client.chat.completions.create({ model: 'local-chat', messages: MESSAGES, ...extra }))
     expect(err).toBeInstanceOf(OpenAI.BadRequestError)
     expect((err as InstanceType<typeof OpenAI.BadRequestError>).param).toBe(param)

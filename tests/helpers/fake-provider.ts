@@ -296,15 +296,28 @@ function openaiCompletion(json: any, step: Reply): unknown {
   const a = answerOf(json, step)
   const message: Record<string, unknown> = { role: 'assistant', content: a.tools.length > 0 && !a.text ? null : a.text, refusal: null }
   if (a.tools.length > 0) message.tool_calls = a.tools.map((t) => ({ id: t.id, type: 'function', function: { name: t.name, arguments: t.args } }))
+  // As OpenAI answers them: `n` choices (the second onwards marked), logprobs when asked, reasoning tokens with reasoning_effort.
+  const n = Number.isInteger(json?.n) && json.n > 1 ? (json.n as number) : 1
+  const logprobs = json?.logprobs === true ? { content: [{ token: 'echo', logprob: -0.25, bytes: [101, 99, 104, 111], top_logprobs: [] }], refusal: null } : null
   const out: Record<string, unknown> = {
     id: `chatcmpl-fake${Date.now()}`,
     object: 'chat.completion',
     created: now(),
     model: json?.model,
-    choices: [{ index: 0, message, logprobs: null, finish_reason: a.finish }],
+    choices: Array.from({ length: n }, (_, index) => ({
+      index,
+      message: index === 0 || typeof message.content !== 'string' ? message : { ...message, content: `${message.content} (choice ${index})` },
+      logprobs,
+      finish_reason: a.finish,
+    })),
     system_fingerprint: 'fp_fake',
   }
-  if (step.usage !== false) out.usage = { prompt_tokens: a.prompt, completion_tokens: a.completion, total_tokens: a.prompt + a.completion }
+  if (step.usage !== false) {
+    const completion = a.completion * n
+    out.usage = { prompt_tokens: a.prompt, completion_tokens: completion, total_tokens: a.prompt + completion }
+    if (json?.reasoning_effort !== undefined) (out.usage as Record<string, unknown>).completion_tokens_details = { reasoning_tokens: 2, accepted_prediction_tokens: 0 }
+  }
+  if (json?.service_tier !== undefined) out.service_tier = json.service_tier
   return out
 }
 

@@ -192,7 +192,7 @@ describe('bad bodies', () => {
     ['logprobs', true],
     ['audio', { voice: 'alloy', format: 'mp3' }],
     ['reasoning_effort', 'low'],
-  ])('%s with another value → 400 naming it, never silence', async (param, value) => {
+  ])('local-chat: %s with another value → 400 naming it, never silence', async (param, value) => {
     expectError(await post('/v1/chat/completions', { model: 'local-chat', messages: USER, [param]: value }), 400, 'validation_error', param)
   })
 

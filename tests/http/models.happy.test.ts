@@ -178,7 +178,9 @@ describe('POST /v1/models/llm/chat', () => {
     fake.script('up-chat', [{ text: 'Hello from upstream.', usage: { prompt_tokens: 40, completion_tokens: 4 } }])
     const res = await chat({ model: 'acme-chat', messages: MESSAGES, max_tokens: 50 })
     expect(res.status).toBe(200)
-    expect(Object.keys(res.body).sort()).toEqual(['choices', 'created', 'id', 'model', 'object', 'request_id', 'usage'])
+    // OpenAI's fields, and what the upstream added to them as it sent it (docs/models.md, "OpenAI compatibility").
+    expect(Object.keys(res.body).sort()).toEqual(['choices', 'created', 'id', 'model', 'object', 'request_id', 'system_fingerprint', 'usage'])
+    expect(res.body.system_fingerprint).toBe('fp_fake')
     expect(res.body.object).toBe('chat.completion')
     expect(res.body.model).toBe('acme-chat')
     expect(res.body.choices[0]).toMatchObject({ index: 0, message: { role: 'assistant', content: 'Hello from upstream.' }, finish_reason: 'stop' })

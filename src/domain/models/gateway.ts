@@ -12,6 +12,7 @@ import { CircuitBreaker } from './circuit-breaker'
 import { embedBatches } from './embed-batches'
 import { ProviderError, type ChatChunk, type ChatCompletion, type ChatRequest, type Provider, type RawChunk, type Usage } from './types'
 import { capped, captureContent, contextWith, endAfter, endAfterStream, runIn, SpanKind, startSpan, tracingOn, type Attributes, type Span } from '../../lib/tracing'
+import { refusedChatParam } from './openai-params'
 
 /** Who a call is for: the workspace charged and the request that made it. */
 export interface CallContext {
@@ -72,7 +73,7 @@ export class Gateway {
     const span = tracingOn ? callSpan('chat', ctx, model, chatAttributes(req)) : null
     return endAfter(span, async () => {
       await this.budget(ctx)
-      const call = () => this.failover(ctx, model, signal, (provider, route) => provider.chat({ ...req, model: route.model }, signal), span)
+      const call = () => this.failover(ctx, this.taking(model, req), signal, (provider, route) => provider.chat({ ...req, model: route.model }, signal), span)
       const completion = await (span ? runIn(contextWith(span), call) : call())
       const credits = await this.charge(ctx, model, 'chat', completion.usage.prompt_tokens, completion.usage.completion_tokens)
       if (span) {
@@ -122,7 +123,7 @@ export class Gateway {
     let first: IteratorResult<RawChunk[]> | null = null
     // `wire`: the caller writes `relayText` of each chunk, which the provider may do itself, as bytes.
     const relay = wire ? (r: RawChunk) => relayText(r, model.id) : undefined
-    const call = () => this.failover(ctx, model, signal, async (provider, route) => {
+    const call = () => this.failover(ctx, this.taking(model, req), signal, async (provider, route) => {
       const r = { ...req, model: route.model }
       const source = provider.chatStreamBatches ? provider.chatStreamBatches(r, signal, relay) : oneByOne(provider.chatStream(r, signal))
       const it = source[Symbol.asyncIterator]()
@@ -231,6 +232,25 @@ export class Gateway {
       span?.setAttributes({ 'gen_ai.usage.input_tokens': result.tokens, credits })
       return { ...result, credits }
     })
+  }
+
+  /**
+   * The model with the routes whose provider takes every OpenAI parameter the request passes
+   * (openai-params.ts); a 400 naming the parameter when none does. Without such parameters, the model
+   * as it is.
+   */
+  private taking(model: ModelSpec, req: Pick<ChatRequest, 'openai'>): ModelSpec {
+    if (!req.openai) return model
+    let refused: string | null = null
+    const routes = model.routes.filter((r) => {
+      const provider = this.d.providers.get(r.provider)!
+      const param = refusedChatParam(provider.kind, req.openai)
+      refused ??= param
+      return param === null
+    })
+    if (routes.length > 0) return routes.length === model.routes.length ? model : { ...model, routes }
+    const kinds = [...new Set(model.routes.map((r) => this.d.providers.get(r.provider)!.kind))].join(', ')
+    throw new AppError('validation_error', `model ${model.id} is served by ${kinds} providers, which cannot take ${refused} (docs/models.md, "OpenAI compatibility")`, { param: refused ?? 'model' })
   }
 
   /**

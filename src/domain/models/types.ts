@@ -1,4 +1,5 @@
 import type { Limiter } from '../../lib/limiter'
+import type { PassedChatParams } from './openai-params'
 import type { ResponseFormat } from './response-format'
 
 /**
@@ -39,6 +40,12 @@ export interface ChatRequest {
   user?: string
   /** OpenAI's structured output; each provider maps it (docs/models.md, "Structured output"). */
   response_format?: ResponseFormat
+  /**
+   * The other OpenAI parameters the client sent (`seed`, `reasoning_effort`, `logprobs`, `n`...),
+   * as sent: an OpenAI-kind provider passes them on, another maps those it can or is not routed to
+   * (openai-params.ts).
+   */
+  openai?: PassedChatParams
 }
 
 export interface Usage {
@@ -54,8 +61,11 @@ export interface ChatCompletion {
   object: 'chat.completion'
   created: number
   model: string
-  choices: { index: number; message: ChatMessage; finish_reason: FinishReason | null }[]
-  usage: Usage
+  choices: { index: number; message: ChatMessage; finish_reason: FinishReason | null; logprobs?: unknown }[]
+  usage: Usage & { prompt_tokens_details?: unknown; completion_tokens_details?: unknown }
+  /** What an OpenAI-kind upstream adds, passed back as it sent it. */
+  system_fingerprint?: string | null
+  service_tier?: string | null
 }
 
 /** One streamed piece, in OpenAI's `chat.completion.chunk` form. */

@@ -247,7 +247,9 @@ export function messagesBody(req: ChatRequest): Record<string, unknown> {
     }))
   }
   const choice = toolChoice(req.tool_choice)
-  if (choice) body.tool_choice = choice
+  // OpenAI's parallel_tool_calls: false is Anthropic's disable_parallel_tool_use (with tools only).
+  if (req.openai?.parallel_tool_calls === false && req.tools?.length) body.tool_choice = { ...(choice ?? { type: 'auto' }), disable_parallel_tool_use: true }
+  else if (choice) body.tool_choice = choice
   structuredOutput(req, body, system)
   return body
 }

@@ -115,6 +115,8 @@ function chatBody(req: ChatRequest): Record<string, unknown> {
   for (const k of ['temperature', 'max_tokens', 'tools', 'tool_choice', 'stop', 'top_p', 'user', 'response_format'] as const) {
     if (req[k] !== undefined) body[k] = req[k]
   }
+  // The other OpenAI parameters, as the client sent them (openai-params.ts).
+  if (req.openai) Object.assign(body, req.openai)
   return body
 }
 
