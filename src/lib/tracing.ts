@@ -120,14 +120,7 @@ export async function withSpan<T>(
 ): Promise<T> {
   if (!tracingOn) return fn(NOOP_SPAN)
   const span = startSpan(name, attributes(), opts)
-  try {
-    return await context.with(trace.setSpan(opts.parent ?? context.active(), span), () => fn(span))
-  } catch (err) {
-    failSpan(span, err)
-    throw err
-  } finally {
-    span.end()
-  }
+  return endAfter(span, () => context.with(trace.setSpan(opts.parent ?? context.active(), span), () => fn(span)))
 }
 
 /**
