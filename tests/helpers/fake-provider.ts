@@ -103,6 +103,10 @@ export interface FakeProvider {
   /** Requests still being answered (hanging or streaming). */
   open(): number
   waitForRequests(count: number, timeoutMs?: number): Promise<FakeRequest[]>
+  /** The last request received for upstream model `model` (throws when there is none). */
+  sentFor(model: string): FakeRequest
+  /** MODELS_FILE providers pointing here: `oa` of kind openai and `an` of kind anthropic. */
+  catalogProviders(): unknown[]
   close(): Promise<void>
 }
 
@@ -235,6 +239,15 @@ export async function startFakeProvider(opts: { delayMs?: number; latencyMs?: nu
     },
     provider: (over = {}) => ({ id: 'fake', kind: 'openai', base_url: `${url}/v1`, key: 'sk-fake-test-key', timeout_ms: 5_000, ...over }),
     open: () => open,
+    sentFor(model) {
+      const req = requests.filter((r) => r.model === model).at(-1)
+      if (!req) throw new Error(`the fake received nothing for ${model}`)
+      return req
+    },
+    catalogProviders: () => [
+      { id: 'oa', kind: 'openai', base_url: `${url}/v1`, api_key: 'sk-fake', timeout_ms: 5_000 },
+      { id: 'an', kind: 'anthropic', base_url: `${url}/v1`, api_key: 'sk-ant-fake', timeout_ms: 5_000 },
+    ],
     async waitForRequests(count, timeoutMs = 5_000) {
       await waitFor(() => requests.length >= count, { timeoutMs, what: `${count} request(s) to the fake provider (got ${requests.length})` })
       return requests

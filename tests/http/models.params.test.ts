@@ -29,10 +29,7 @@ beforeAll(async () => {
   fake = await startFakeProvider()
   let modelsFile: string
   ;({ dir, file: modelsFile } = writeModelsFile('ap-params-', {
-    providers: [
-      { id: 'oa', kind: 'openai', base_url: fake.baseUrl, api_key: 'sk-fake', timeout_ms: 5_000 },
-      { id: 'an', kind: 'anthropic', base_url: fake.baseUrl, api_key: 'sk-ant-fake', timeout_ms: 5_000 },
-    ],
+    providers: fake.catalogProviders(),
     models: [
       { id: 'oa-chat', type: 'llm', vendor: 'test', routes: [{ provider: 'oa', model: 'oa-up' }] },
       { id: 'an-chat', type: 'llm', vendor: 'test', routes: [{ provider: 'an', model: 'an-up' }] },
@@ -54,12 +51,6 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true })
 })
 
-/** The body the fake received last for upstream model `model`. */
-function sentFor(model: string) {
-  const req = fake.requests.filter((r) => r.model === model).at(-1)
-  if (!req) throw new Error(`the fake received nothing for ${model}`)
-  return req
-}
 
 async function refusal(call: () => Promise<unknown>): Promise<InstanceType<typeof OpenAI.BadRequestError>> {
   try {
@@ -92,7 +83,7 @@ describe('an OpenAI-kind provider', () => {
     const before = fake.requests.length
     const c = await client.chat.completions.create({ model: 'oa-chat', messages: MESSAGES, ...PASSED } as OpenAI.Chat.ChatCompletionCreateParamsNonStreaming)
     expect(fake.requests.length).toBe(before + 1)
-    const sent = sentFor('oa-up')
+    const sent = fake.sentFor('oa-up')
     expect(sent.path).toBe('/v1/chat/completions')
     for (const [param, value] of Object.entries(PASSED)) expect([param, sent.json[param]]).toEqual([param, value])
     expect(c.system_fingerprint).toBe('fp_fake')
@@ -104,7 +95,7 @@ describe('an OpenAI-kind provider', () => {
   test('n: several choices, every one answered, the usage counting them all', async () => {
     const one = await client.chat.completions.create({ model: 'oa-chat', messages: MESSAGES })
     const three = await client.chat.completions.create({ model: 'oa-chat', messages: MESSAGES, n: 3 })
-    expect(sentFor('oa-up').json.n).toBe(3)
+    expect(fake.sentFor('oa-up').json.n).toBe(3)
     expect(three.choices.map((ch) => ch.index)).toEqual([0, 1, 2])
     expect(three.choices[2]!.message.content).toContain('(choice 2)')
     expect(three.usage!.completion_tokens).toBe(one.usage!.completion_tokens * 3)
@@ -114,7 +105,7 @@ describe('an OpenAI-kind provider', () => {
     await client.chat.completions.create({
       model: 'oa-chat', messages: MESSAGES, n: 1, seed: null, presence_penalty: 0, frequency_penalty: 0, logprobs: false, parallel_tool_calls: true, metadata: {}, service_tier: 'auto',
     })
-    const sent = sentFor('oa-up').json
+    const sent = fake.sentFor('oa-up').json
     for (const param of ['n', 'seed', 'presence_penalty', 'frequency_penalty', 'logprobs', 'parallel_tool_calls', 'metadata', 'service_tier']) expect([param, param in sent]).toEqual([param, false])
   })
 
@@ -122,7 +113,7 @@ describe('an OpenAI-kind provider', () => {
     const stream = await client.chat.completions.create({ model: 'oa-chat', messages: MESSAGES, stream: true, seed: 11, reasoning_effort: 'high' })
     const chunks: OpenAI.Chat.ChatCompletionChunk[] = []
     for await (const chunk of stream) chunks.push(chunk)
-    const sent = sentFor('oa-up').json
+    const sent = fake.sentFor('oa-up').json
     expect([sent.seed, sent.reasoning_effort, sent.stream]).toEqual([11, 'high', true])
     expect(chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('')).toBe('echo: Say hello.')
     expect(chunks.every((c) => c.system_fingerprint === 'fp_fake')).toBe(true)
@@ -153,11 +144,11 @@ describe('an Anthropic provider', () => {
 
   test('parallel_tool_calls: false is mapped to tool_choice.disable_parallel_tool_use', async () => {
     await client.chat.completions.create({ model: 'an-chat', messages: MESSAGES, tools: [WEATHER], parallel_tool_calls: false })
-    const sent = sentFor('an-up')
+    const sent = fake.sentFor('an-up')
     expect(sent.path).toBe('/v1/messages')
     expect(sent.json.tool_choice).toEqual({ type: 'auto', disable_parallel_tool_use: true })
     await client.chat.completions.create({ model: 'an-chat', messages: MESSAGES, tools: [WEATHER], tool_choice: 'required', parallel_tool_calls: false })
-    expect(sentFor('an-up').json.tool_choice).toEqual({ type: 'any', disable_parallel_tool_use: true })
+    expect(fake.sentFor('an-up').json.tool_choice).toEqual({ type: 'any', disable_parallel_tool_use: true })
   })
 })
 
@@ -165,10 +156,10 @@ describe('a model routed to both kinds', () => {
   test('a parameter only the OpenAI route takes passes the Anthropic route over; without one, the first route answers', async () => {
     const answered = await client.chat.completions.create({ model: 'both-chat', messages: MESSAGES, seed: 3 })
     expect(answered.choices[0]!.message.content).toBe('echo: Say hello.')
-    expect(sentFor('both-oa-up').json.seed).toBe(3)
+    expect(fake.sentFor('both-oa-up').json.seed).toBe(3)
     expect(fake.requests.some((r) => r.model === 'both-an-up')).toBe(false)
     await client.chat.completions.create({ model: 'both-chat', messages: MESSAGES })
-    expect(sentFor('both-an-up').path).toBe('/v1/messages')
+    expect(fake.sentFor('both-an-up').path).toBe('/v1/messages')
   })
 })
 

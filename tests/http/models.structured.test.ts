@@ -29,10 +29,7 @@ const ROUTES = ['/v1/chat/completions', '/v1/models/llm/chat'] as const
 beforeAll(async () => {
   fake = await startFakeProvider()
   ;({ dir, file: modelsFile } = writeModelsFile('ap-structured-', {
-    providers: [
-      { id: 'oa', kind: 'openai', base_url: fake.baseUrl, api_key: 'sk-fake', timeout_ms: 5_000 },
-      { id: 'an', kind: 'anthropic', base_url: fake.baseUrl, api_key: 'sk-ant-fake', timeout_ms: 5_000 },
-    ],
+    providers: fake.catalogProviders(),
     models: [
       { id: 'oa-chat', type: 'llm', vendor: 'test', routes: [{ provider: 'oa', model: 'oa-up' }] },
       { id: 'an-chat', type: 'llm', vendor: 'test', routes: [{ provider: 'an', model: 'an-up' }] },
@@ -50,12 +47,6 @@ afterAll(async () => {
 
 const post = (path: string, body: unknown) => h.call('POST', path, { key: alice, body })
 
-/** The body the fake received for the answer `res` (the newest request for `model`). */
-function sentFor(model: string) {
-  const req = fake.requests.filter((r) => r.model === model).at(-1)
-  if (!req) throw new Error(`the fake received nothing for ${model}`)
-  return req
-}
 
 /** The content of an SSE answer, its chunks joined. */
 function streamedContent(res: Answer): { content: string; finish: string | null; toolCalls: number } {
@@ -85,7 +76,7 @@ describe('OpenAI-compatible upstream: response_format as sent', () => {
     const res = await post(route, { model: 'oa-chat', messages: USER, response_format: format, stream })
     expect(res.status).toBe(200)
     expect(fake.requests.length).toBe(before + 1)
-    const sent = sentFor('oa-up')
+    const sent = fake.sentFor('oa-up')
     expect(sent.path).toBe('/v1/chat/completions')
     expect(sent.stream).toBe(stream)
     expect(sent.json.response_format).toEqual(format)
@@ -97,10 +88,10 @@ describe('OpenAI-compatible upstream: response_format as sent', () => {
     fake.script('oa-up', [{ text: 'plain' }])
     const text = await post('/v1/chat/completions', { model: 'oa-chat', messages: USER, response_format: { type: 'text' } })
     expect(text.status).toBe(200)
-    expect(sentFor('oa-up').json.response_format).toEqual({ type: 'text' })
+    expect(fake.sentFor('oa-up').json.response_format).toEqual({ type: 'text' })
     const none = await post('/v1/chat/completions', { model: 'oa-chat', messages: USER, response_format: null })
     expect(none.status).toBe(200)
-    expect('response_format' in sentFor('oa-up').json).toBe(false)
+    expect('response_format' in fake.sentFor('oa-up').json).toBe(false)
   })
 
   test('the official openai SDK sends response_format and reads the JSON answer, streamed and not', async () => {
@@ -113,13 +104,13 @@ describe('OpenAI-compatible upstream: response_format as sent', () => {
     fake.script('oa-up', [{ text: '{"answer": false, "why": "night"}' }])
     const completion = await client.chat.completions.create({ model: 'oa-chat', messages: [{ role: 'user', content: 'Is the sky blue?' }], response_format: JSON_SCHEMA as OpenAI.ResponseFormatJSONSchema })
     expect(JSON.parse(completion.choices[0]!.message.content!)).toEqual({ answer: false, why: 'night' })
-    expect(sentFor('oa-up').json.response_format).toEqual(JSON_SCHEMA)
+    expect(fake.sentFor('oa-up').json.response_format).toEqual(JSON_SCHEMA)
 
     const stream = await client.chat.completions.create({ model: 'oa-chat', messages: [{ role: 'user', content: 'Is the sky blue?' }], response_format: { type: 'json_object' }, stream: true })
     let content = ''
     for await (const chunk of stream) content += chunk.choices[0]?.delta.content ?? ''
     expect(JSON.parse(content)).toEqual({ answer: false, why: 'night' })
-    expect(sentFor('oa-up').json.response_format).toEqual({ type: 'json_object' })
+    expect(fake.sentFor('oa-up').json.response_format).toEqual({ type: 'json_object' })
 
     const err = await client.chat.completions.create({ model: 'oa-chat', messages: [{ role: 'user', content: 'x' }], response_format: { type: 'json_schema', json_schema: { name: 'has space', schema: {} } } }).then(() => null, (e: unknown) => e)
     expect(err).toBeInstanceOf(OpenAI.BadRequestError)
@@ -156,7 +147,7 @@ describe('Anthropic upstream: a forced tool for json_schema, an instruction for 
     fake.script('an-up', [{ toolCalls: [{ name: 'verdict', arguments: { answer: true, why: 'scattering' } }] }])
     const res = await post('/v1/models/llm/chat', { model: 'an-chat', messages: [{ role: 'system', content: 'Be brief.' }, ...USER], response_format: JSON_SCHEMA })
     expect(res.status).toBe(200)
-    const sent = sentFor('an-up')
+    const sent = fake.sentFor('an-up')
     expect(sent.path).toBe('/v1/messages')
     expect(sent.json.tools).toEqual([{ name: 'verdict', description: 'The answer, as structured data', input_schema: SCHEMA }])
     expect(sent.json.tool_choice).toEqual({ type: 'tool', name: 'verdict' })
@@ -173,8 +164,8 @@ describe('Anthropic upstream: a forced tool for json_schema, an instruction for 
     fake.script('an-up', [{ toolCalls: [{ name: 'verdict', arguments: { answer: false, why: 'it is night here' } }] }])
     const res = await post('/v1/chat/completions', { model: 'an-chat', messages: USER, response_format: JSON_SCHEMA, stream: true })
     const { content, finish, toolCalls } = streamedContent(res)
-    expect(sentFor('an-up').stream).toBe(true)
-    expect(sentFor('an-up').json.tool_choice).toEqual({ type: 'tool', name: 'verdict' })
+    expect(fake.sentFor('an-up').stream).toBe(true)
+    expect(fake.sentFor('an-up').json.tool_choice).toEqual({ type: 'tool', name: 'verdict' })
     expect(JSON.parse(content)).toEqual({ answer: false, why: 'it is night here' })
     expect(toolCalls).toBe(0)
     expect(finish).toBe('stop')
@@ -185,7 +176,7 @@ describe('Anthropic upstream: a forced tool for json_schema, an instruction for 
     fake.script('an-up', [{ toolCalls: [{ name: 'get_weather', arguments: { city: 'Lisbon' } }] }])
     const res = await post('/v1/models/llm/chat', { model: 'an-chat', messages: USER, tools: [weather], response_format: JSON_SCHEMA })
     expect(res.status).toBe(200)
-    const sent = sentFor('an-up').json
+    const sent = fake.sentFor('an-up').json
     expect(sent.tools.map((t: { name: string }) => t.name)).toEqual(['get_weather', 'verdict'])
     expect(sent.tool_choice).toEqual({ type: 'any' })
     expect(res.body.choices[0].message.tool_calls[0].function).toEqual({ name: 'get_weather', arguments: '{"city":"Lisbon"}' })
@@ -193,9 +184,9 @@ describe('Anthropic upstream: a forced tool for json_schema, an instruction for 
     // A tool the caller named stays the choice; "none" leaves the schema's tool the only one to call.
     fake.script('an-up', [{ toolCalls: [{ name: 'verdict', arguments: { answer: true, why: 'x' } }] }])
     expect((await post('/v1/models/llm/chat', { model: 'an-chat', messages: USER, tools: [weather], tool_choice: { type: 'function', function: { name: 'get_weather' } }, response_format: JSON_SCHEMA })).status).toBe(200)
-    expect(sentFor('an-up').json.tool_choice).toEqual({ type: 'tool', name: 'get_weather' })
+    expect(fake.sentFor('an-up').json.tool_choice).toEqual({ type: 'tool', name: 'get_weather' })
     const none = await post('/v1/models/llm/chat', { model: 'an-chat', messages: USER, tools: [weather], tool_choice: 'none', response_format: JSON_SCHEMA })
-    expect(sentFor('an-up').json.tool_choice).toEqual({ type: 'tool', name: 'verdict' })
+    expect(fake.sentFor('an-up').json.tool_choice).toEqual({ type: 'tool', name: 'verdict' })
     expect(JSON.parse(none.body.choices[0].message.content)).toEqual({ answer: true, why: 'x' })
     // A tool named as the schema would be ambiguous: refused, naming response_format.
     const clash = await post('/v1/models/llm/chat', { model: 'an-chat', messages: USER, tools: [{ ...weather, function: { ...weather.function, name: 'verdict' } }], response_format: JSON_SCHEMA })
@@ -207,7 +198,7 @@ describe('Anthropic upstream: a forced tool for json_schema, an instruction for 
     fake.script('an-up', [{ text: '{"ok": true}' }])
     const res = await post('/v1/chat/completions', { model: 'an-chat', messages: USER, response_format: JSON_OBJECT })
     expect(res.status).toBe(200)
-    const sent = sentFor('an-up').json
+    const sent = fake.sentFor('an-up').json
     expect(sent.system).toBe(JSON_INSTRUCTION)
     expect(sent.tools).toBeUndefined()
     expect(sent.tool_choice).toBeUndefined()
@@ -219,7 +210,7 @@ describe('Anthropic upstream: a forced tool for json_schema, an instruction for 
     fake.script('an-up', [{ text: '["blue"]' }])
     const res = await post('/v1/models/llm/chat', { model: 'an-chat', messages: USER, response_format: list })
     expect(res.status).toBe(200)
-    const sent = sentFor('an-up').json
+    const sent = fake.sentFor('an-up').json
     expect(sent.tools).toBeUndefined()
     expect(sent.system).toContain('{"type":"array","items":{"type":"string"}}')
     expect(res.body.choices[0].message.content).toBe('["blue"]')
