@@ -51,7 +51,6 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true })
 })
 
-
 async function refusal(call: () => Promise<unknown>): Promise<InstanceType<typeof OpenAI.BadRequestError>> {
   try {
     await call()

@@ -47,7 +47,6 @@ afterAll(async () => {
 
 const post = (path: string, body: unknown) => h.call('POST', path, { key: alice, body })
 
-
 /** The content of an SSE answer, its chunks joined. */
 function streamedContent(res: Answer): { content: string; finish: string | null; toolCalls: number } {
   expect(res.status).toBe(200)
